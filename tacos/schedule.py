@@ -1,0 +1,241 @@
+"""The schedule IR: every chunk movement over every link, with its timing and causes.
+
+A :class:`Schedule` is plain data. The synthesizer and the importers write it;
+the verifier, the simulator and every exporter read it. Transfers are kept in
+start-time order, so a transfer's dependencies always have smaller indices.
+
+The JSON form is versioned (``format`` + ``version``) and column-oriented so
+that large schedules stay compact; floats are written with ``repr`` and read
+back bit-identically, so a round trip is lossless.
+
+:meth:`Schedule.per_rank` is the one place that turns the global transfer list
+into per-node programs (ordered sends and receives with the receives each send
+waits for); exporters build on it instead of re-deriving it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tacos.collective import Collective
+from tacos.errors import TacosError
+from tacos.output import write_text_atomic
+from tacos.topology import Topology
+
+SCHEDULE_FORMAT = "tacos-schedule"
+SCHEDULE_VERSION = 1
+_COLUMNS = ("chunk", "src", "dst", "link", "start", "end", "op", "deps")
+
+
+class Op(StrEnum):
+    """What the receiver does with the chunk: overwrite (copy) or accumulate (reduce)."""
+
+    COPY = "copy"
+    REDUCE = "reduce"
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One chunk crossing one link during ``[start, end]`` microseconds.
+
+    ``deps`` are indices of earlier transfers whose data this one sends: the
+    transfer that brought the chunk to ``src`` or, for a reduction, every
+    transfer that added a contribution to it at ``src``.
+    """
+
+    chunk: int
+    src: int
+    dst: int
+    link: int
+    start: float
+    end: float
+    op: Op = Op.COPY
+    deps: tuple[int, ...] = ()
+
+
+class StepKind(StrEnum):
+    SEND = "send"
+    RECV = "recv"
+
+
+@dataclass(frozen=True, slots=True)
+class RankStep:
+    """One send or receive in a node's program.
+
+    ``transfer`` indexes :attr:`Schedule.transfers`; ``waits_for`` lists the
+    transfers (receives on this same node) that must complete before a send.
+    """
+
+    kind: StepKind
+    transfer: int
+    peer: int
+    chunk: int
+    op: Op
+    time: float
+    waits_for: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    """The ordered steps of one node (start-time order, receives before sends on ties)."""
+
+    node: int
+    steps: tuple[RankStep, ...]
+
+    @property
+    def sends(self) -> tuple[RankStep, ...]:
+        return tuple(s for s in self.steps if s.kind is StepKind.SEND)
+
+    @property
+    def recvs(self) -> tuple[RankStep, ...]:
+        return tuple(s for s in self.steps if s.kind is StepKind.RECV)
+
+
+@dataclass
+class Schedule:
+    """A collective algorithm on a topology: the transfers, in start-time order."""
+
+    topology: Topology
+    collective: Collective
+    transfers: Sequence[Transfer]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def collective_time_us(self) -> float:
+        """When the last transfer ends (0 for an empty schedule)."""
+        return max((t.end for t in self.transfers), default=0.0)
+
+    def per_rank(self) -> dict[int, RankProgram]:
+        """Per-node programs for every node that sends or receives.
+
+        Steps are ordered by start time; at equal times receives come first and
+        then transfer index, so both ends of a link list its transfers in the
+        same order. A send waits for the receives named in its ``deps``.
+        """
+        steps: dict[int, list[tuple[float, int, int, RankStep]]] = {}
+        for index, t in enumerate(self.transfers):
+            send = RankStep(StepKind.SEND, index, t.dst, t.chunk, t.op, t.start, t.deps)
+            recv = RankStep(StepKind.RECV, index, t.src, t.chunk, t.op, t.start)
+            steps.setdefault(t.src, []).append((t.start, 1, index, send))
+            steps.setdefault(t.dst, []).append((t.start, 0, index, recv))
+        return {
+            node: RankProgram(node, tuple(step for *_, step in sorted(entries)))
+            for node, entries in sorted(steps.items())
+        }
+
+    # ---------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        for t in self.transfers:
+            for name in _COLUMNS:
+                value = getattr(t, name)
+                columns[name].append(
+                    value.value if name == "op" else list(value) if name == "deps" else value
+                )
+        return {
+            "format": SCHEDULE_FORMAT,
+            "version": SCHEDULE_VERSION,
+            "collective": self.collective.to_dict(),
+            "collective_time_us": self.collective_time_us,
+            "meta": self.meta,
+            "topology": self.topology.to_dict(),
+            "transfers": columns,
+        }
+
+    def to_json(self) -> str:
+        """Deterministic text: one line per top-level field and per transfer column."""
+        data = self.to_dict()
+        lines = []
+        for key, value in data.items():
+            if key in ("transfers", "topology"):
+                inner = ",\n".join(f"  {json.dumps(k)}: {_compact(v)}" for k, v in value.items())
+                lines.append(f" {json.dumps(key)}: {{\n{inner}\n }}")
+            else:
+                lines.append(f" {json.dumps(key)}: {_compact(value)}")
+        return "{\n" + ",\n".join(lines) + "\n}\n"
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(Path(path), self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "schedule") -> Schedule:
+        if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
+            raise TacosError(
+                f'{source}: not a TACOS schedule (expected "format": {SCHEDULE_FORMAT!r})'
+            )
+        version = data.get("version")
+        if version != SCHEDULE_VERSION:
+            raise TacosError(
+                f"{source}: schedule version {version!r} is not supported "
+                f"(this tacos reads version {SCHEDULE_VERSION}); re-synthesize or upgrade tacos"
+            )
+        for key in ("collective", "topology", "transfers"):
+            if key not in data:
+                raise TacosError(f"{source}: missing field {key!r}")
+        topology = Topology.from_dict(data["topology"], f"{source}: topology")
+        collective = Collective.from_dict(data["collective"], f"{source}: collective")
+        transfers = _transfers_from_columns(data["transfers"], topology, f"{source}: transfers")
+        return cls(topology, collective, transfers, dict(data.get("meta") or {}))
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "schedule") -> Schedule:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise TacosError(f"{source}: line {err.lineno} column {err.colno}: {err.msg}") from None
+        return cls.from_dict(data, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Schedule:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise TacosError(f"{path}: cannot read schedule: {err}") from None
+        return cls.from_json(text, str(path))
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _transfers_from_columns(columns: Any, topology: Topology, source: str) -> list[Transfer]:
+    if not isinstance(columns, dict) or set(columns) != set(_COLUMNS):
+        raise TacosError(f"{source}: needs exactly the columns {', '.join(_COLUMNS)}")
+    count = len(columns["chunk"])
+    for name in _COLUMNS:
+        if not isinstance(columns[name], list) or len(columns[name]) != count:
+            raise TacosError(f"{source}: column {name!r} must be a list of {count} entries")
+    transfers = []
+    for i in range(count):
+        where = f"{source}[{i}]"
+        try:
+            op = Op(columns["op"][i])
+        except ValueError:
+            raise TacosError(
+                f"{where}: op {columns['op'][i]!r} is not 'copy' or 'reduce'"
+            ) from None
+        try:
+            transfer = Transfer(
+                int(columns["chunk"][i]),
+                int(columns["src"][i]),
+                int(columns["dst"][i]),
+                int(columns["link"][i]),
+                float(columns["start"][i]),
+                float(columns["end"][i]),
+                op,
+                tuple(int(d) for d in columns["deps"][i]),
+            )
+        except (TypeError, ValueError) as err:
+            raise TacosError(f"{where}: bad value ({err})") from None
+        if not 0 <= transfer.link < len(topology.links):
+            raise TacosError(f"{where}: link {transfer.link} does not exist in the topology")
+        if any(not 0 <= d < count for d in transfer.deps):
+            raise TacosError(f"{where}: a dependency is not a transfer index in 0..{count - 1}")
+        transfers.append(transfer)
+    return transfers

@@ -1,0 +1,506 @@
+"""Network topologies: NPUs, switches and directed links with an alpha-beta cost.
+
+A :class:`Topology` numbers its nodes ``0 .. num_nodes-1``; the first
+``num_npus`` are NPUs (they own and receive collective data) and the rest are
+switches (they only forward). Every link is directed and carries its own
+bandwidth and latency, so heterogeneous and asymmetric networks need nothing
+special: a bidirectional cable is simply two links.
+
+Units follow ASTRA-sim and the TACOS paper: bandwidth in GB/s with
+1 GB = 2**30 bytes, latency and times in microseconds.
+
+Example:
+    >>> topo = Topology.ring(4)
+    >>> topo.num_npus, len(topo.links)
+    (4, 8)
+    >>> topo.links[0].transfer_time_us(2**20)  # 0.5 us + 1 MiB at 50 GB/s
+    20.03125
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import itertools
+import json
+import math
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from tacos.errors import TacosError
+
+GIB = 2**30
+DEFAULT_BANDWIDTH_GBPS = 50.0
+DEFAULT_LATENCY_US = 0.5
+TOPOLOGY_FORMAT = "tacos-topology"
+TOPOLOGY_VERSION = 1
+CSV_HEADER = ("src", "dst", "bandwidth_GBps", "latency_us")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One directed link ``src -> dst``; it carries one chunk at a time."""
+
+    src: int
+    dst: int
+    bandwidth_GBps: float
+    latency_us: float
+
+    def transfer_time_us(self, nbytes: int) -> float:
+        """Time the link is busy moving ``nbytes``: latency + size / bandwidth.
+
+        This is the single link model shared by the synthesizer, the simulator
+        and the bounds, so that their times agree to the last bit.
+        """
+        return self.latency_us + nbytes / (self.bandwidth_GBps * GIB) * 1e6
+
+
+@dataclass(frozen=True)
+class Topology:
+    """NPUs ``0..num_npus-1``, switches after them, and directed links.
+
+    Link ids are positions in :attr:`links`; schedules refer to links by id.
+    Parallel links between the same pair are allowed (several cables).
+    """
+
+    num_npus: int
+    links: tuple[Link, ...]
+    num_switches: int = 0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.num_npus < 1:
+            raise TacosError(f"topology {self.name!r}: needs at least one NPU")
+        if self.num_switches < 0:
+            raise TacosError(f"topology {self.name!r}: negative switch count")
+        for index, link in enumerate(self.links):
+            _check_link(link, index, self.num_nodes, self.name)
+
+    # ----------------------------------------------------------------- shape
+    @property
+    def num_nodes(self) -> int:
+        return self.num_npus + self.num_switches
+
+    @property
+    def npus(self) -> range:
+        return range(self.num_npus)
+
+    def is_switch(self, node: int) -> bool:
+        return node >= self.num_npus
+
+    @cached_property
+    def out_links(self) -> tuple[tuple[int, ...], ...]:
+        """Link ids leaving each node, in id order."""
+        return _incidence(self.num_nodes, (link.src for link in self.links))
+
+    @cached_property
+    def in_links(self) -> tuple[tuple[int, ...], ...]:
+        """Link ids entering each node, in id order."""
+        return _incidence(self.num_nodes, (link.dst for link in self.links))
+
+    def link_times_us(self, nbytes: int) -> list[float]:
+        """Per-link busy time for one message of ``nbytes`` (indexed by link id)."""
+        return [link.transfer_time_us(nbytes) for link in self.links]
+
+    def transposed(self) -> Topology:
+        """Every link reversed, ids kept: link ``i`` of the result is link ``i`` backwards."""
+        reversed_links = tuple(
+            Link(link.dst, link.src, link.bandwidth_GBps, link.latency_us) for link in self.links
+        )
+        return Topology(self.num_npus, reversed_links, self.num_switches, self.name + "^T")
+
+    def describe(self) -> str:
+        kinds = f"{self.num_npus} NPUs"
+        if self.num_switches:
+            kinds += f", {self.num_switches} switches"
+        return f"{self.name or 'topology'} ({kinds}, {len(self.links)} directed links)"
+
+    # ---------------------------------------------------------- validation
+    def check_connected(self, ranks: Sequence[int] | None = None) -> None:
+        """Raise unless every rank can reach every other rank (switches may relay).
+
+        Strong connectivity among ``ranks`` is checked with one forward and one
+        backward search from the first rank, so it costs O(nodes + links).
+        """
+        ranks = list(self.npus if ranks is None else ranks)
+        if len(ranks) < 2:
+            return
+        root = ranks[0]
+        reach_from_root = _reachable(root, self.out_links, self.links, forward=True)
+        reach_to_root = _reachable(root, self.in_links, self.links, forward=False)
+        for rank in ranks[1:]:
+            if not reach_from_root[rank]:
+                raise TacosError(
+                    f"topology {self.name!r} is disconnected: NPU {rank} cannot be reached "
+                    f"from NPU {root}; add links so that every NPU reaches every other"
+                )
+            if not reach_to_root[rank]:
+                raise TacosError(
+                    f"topology {self.name!r} is disconnected: NPU {root} cannot be reached "
+                    f"from NPU {rank}; add links so that every NPU reaches every other"
+                )
+
+    # ----------------------------------------------------------- generators
+    @classmethod
+    def from_edges(
+        cls,
+        num_npus: int,
+        edges: Iterable[tuple[int, int]],
+        *,
+        bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
+        latency_us: float = DEFAULT_LATENCY_US,
+        num_switches: int = 0,
+        name: str = "",
+        bidirectional: bool = True,
+    ) -> Topology:
+        """Build a homogeneous topology from node pairs; duplicates are dropped."""
+        seen: set[tuple[int, int]] = set()
+        links = []
+        for u, v in edges:
+            for a, b in ((u, v), (v, u)) if bidirectional else ((u, v),):
+                if a != b and (a, b) not in seen:
+                    seen.add((a, b))
+                    links.append(Link(a, b, bandwidth_GBps, latency_us))
+        return cls(num_npus, tuple(links), num_switches, name)
+
+    @classmethod
+    def ring(cls, n: int, **kw: Any) -> Topology:
+        """Bidirectional ring of ``n`` NPUs."""
+        _require(n >= 2, f"ring:{n} needs at least 2 NPUs")
+        kw.setdefault("name", f"ring:{n}")
+        return cls.from_edges(n, ((i, (i + 1) % n) for i in range(n)), **kw)
+
+    @classmethod
+    def fully_connected(cls, n: int, **kw: Any) -> Topology:
+        """Every NPU has a direct link to every other NPU."""
+        _require(n >= 2, f"fully-connected:{n} needs at least 2 NPUs")
+        kw.setdefault("name", f"fully-connected:{n}")
+        return cls.from_edges(n, itertools.combinations(range(n), 2), **kw)
+
+    @classmethod
+    def grid(cls, dims: Sequence[int], *, wrap: bool, **kw: Any) -> Topology:
+        """N-dimensional mesh (``wrap=False``) or torus (``wrap=True``), dimension 0 fastest."""
+        _require(all(d >= 1 for d in dims), f"grid dimensions must be >= 1, got {list(dims)}")
+        n = math.prod(dims)
+        _require(n >= 2, f"grid {list(dims)} has fewer than 2 NPUs")
+        kind = "torus" if wrap else "mesh"
+        kw.setdefault("name", f"{kind}{len(dims)}d:" + "x".join(map(str, dims)))
+        strides = [math.prod(dims[:i]) for i in range(len(dims))]
+        edges = []
+        for node in range(n):
+            for dim, size in enumerate(dims):
+                coord = (node // strides[dim]) % size
+                if coord + 1 < size:
+                    edges.append((node, node + strides[dim]))
+                elif wrap and size > 2:
+                    edges.append((node, node - coord * strides[dim]))
+        return cls.from_edges(n, edges, **kw)
+
+    @classmethod
+    def hypercube(cls, dim: int, **kw: Any) -> Topology:
+        """``2**dim`` NPUs, linked when their ids differ in exactly one bit."""
+        _require(1 <= dim <= 20, f"hypercube:{dim} needs 1 <= dimension <= 20")
+        n = 2**dim
+        kw.setdefault("name", f"hypercube:{dim}")
+        edges = ((u, u ^ (1 << b)) for u in range(n) for b in range(dim) if u < u ^ (1 << b))
+        return cls.from_edges(n, edges, **kw)
+
+    # ------------------------------------------------------------ networkx
+    def to_networkx(self) -> nx.MultiDiGraph:
+        """A MultiDiGraph: node attr ``kind`` ('npu'/'switch'), edge key = link id."""
+        graph = nx.MultiDiGraph(name=self.name)
+        for node in range(self.num_nodes):
+            graph.add_node(node, kind="switch" if self.is_switch(node) else "npu")
+        for index, link in enumerate(self.links):
+            graph.add_edge(
+                link.src,
+                link.dst,
+                key=index,
+                bandwidth_GBps=link.bandwidth_GBps,
+                latency_us=link.latency_us,
+            )
+        return graph
+
+    @classmethod
+    def from_networkx(
+        cls,
+        graph: nx.Graph,
+        *,
+        bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
+        latency_us: float = DEFAULT_LATENCY_US,
+        name: str | None = None,
+    ) -> Topology:
+        """Any networkx graph: nodes with ``kind='switch'`` become switches.
+
+        Undirected edges become two links. Edge attributes ``bandwidth_GBps`` and
+        ``latency_us`` override the defaults. NPUs are numbered in sorted label
+        order (insertion order when labels do not sort), switches after them.
+        """
+        labels = list(graph.nodes)
+        with contextlib.suppress(TypeError):
+            labels = sorted(labels)
+        npus = [x for x in labels if graph.nodes[x].get("kind", "npu") != "switch"]
+        switches = [x for x in labels if graph.nodes[x].get("kind", "npu") == "switch"]
+        index = {label: i for i, label in enumerate(npus + switches)}
+        links = []
+        edges = graph.edges(data=True)
+        for u, v, data in edges:
+            pairs = [(u, v)] if graph.is_directed() else [(u, v), (v, u)]
+            for a, b in pairs:
+                links.append(
+                    Link(
+                        index[a],
+                        index[b],
+                        float(data.get("bandwidth_GBps", bandwidth_GBps)),
+                        float(data.get("latency_us", latency_us)),
+                    )
+                )
+        return cls(len(npus), tuple(links), len(switches), name or str(graph.name or ""))
+
+    # ------------------------------------------------------------ JSON form
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": TOPOLOGY_FORMAT,
+            "version": TOPOLOGY_VERSION,
+            "name": self.name,
+            "npus": self.num_npus,
+            "switches": self.num_switches,
+            "links": [[lk.src, lk.dst, lk.bandwidth_GBps, lk.latency_us] for lk in self.links],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "topology") -> Topology:
+        """Inverse of :meth:`to_dict`; errors name ``source`` and the bad field."""
+        if not isinstance(data, dict):
+            raise TacosError(f"{source}: expected a JSON object with 'npus' and 'links'")
+        if data.get("format", TOPOLOGY_FORMAT) != TOPOLOGY_FORMAT:
+            raise TacosError(f"{source}: format is {data.get('format')!r}, not {TOPOLOGY_FORMAT!r}")
+        version = data.get("version", TOPOLOGY_VERSION)
+        if version != TOPOLOGY_VERSION:
+            raise TacosError(
+                f"{source}: topology version {version!r} is not supported "
+                f"(this tacos reads version {TOPOLOGY_VERSION}); upgrade tacos"
+            )
+        for key in ("npus", "links"):
+            if key not in data:
+                raise TacosError(f"{source}: missing field {key!r}")
+        links = []
+        for i, row in enumerate(data["links"]):
+            if not (isinstance(row, list) and len(row) == 4):
+                raise TacosError(
+                    f"{source}: links[{i}] must be [src, dst, bandwidth_GBps, latency_us]"
+                )
+            links.append(_parse_link(row, f"{source}: links[{i}]"))
+        return cls(
+            _as_int(data["npus"], f"{source}: npus"),
+            tuple(links),
+            _as_int(data.get("switches", 0), f"{source}: switches"),
+            str(data.get("name", "")),
+        )
+
+
+# ------------------------------------------------------------------ loading
+_SPEC = re.compile(r"^(?P<kind>[a-z0-9-]+):(?P<args>[0-9x]+)$")
+_GRID_KINDS = {
+    "mesh2d": (2, False),
+    "torus2d": (2, True),
+    "mesh3d": (3, False),
+    "torus3d": (3, True),
+    "mesh": (None, False),
+    "torus": (None, True),
+}
+SPEC_KINDS = ("ring:N", "fully-connected:N", "mesh2d:AxB", "torus2d:AxB", "mesh3d:AxBxC",
+              "torus3d:AxBxC", "mesh:AxBx..", "torus:AxBx..", "hypercube:D")  # fmt: skip
+
+
+def from_spec(
+    spec: str,
+    *,
+    bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
+    latency_us: float = DEFAULT_LATENCY_US,
+) -> Topology:
+    """Generate a topology from a spec string such as ``torus2d:4x4``.
+
+    >>> from_spec("mesh2d:2x3").num_npus
+    6
+    """
+    _check_positive(bandwidth_GBps, "bandwidth", "--bandwidth")
+    _check_nonnegative(latency_us, "latency", "--latency")
+    match = _SPEC.match(spec.strip().lower())
+    if not match:
+        raise TacosError(
+            f"unknown topology {spec!r}: use a file (.csv, .json) or one of {', '.join(SPEC_KINDS)}"
+        )
+    kind, args = match["kind"], match["args"]
+    numbers = [int(x) for x in args.split("x") if x]
+    kw: dict[str, Any] = {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
+    if kind in ("ring", "fully-connected", "hypercube"):
+        _require(len(numbers) == 1, f"{spec!r}: {kind} takes one number, e.g. {kind}:8")
+        if kind == "ring":
+            return Topology.ring(numbers[0], **kw)
+        if kind == "hypercube":
+            return Topology.hypercube(numbers[0], **kw)
+        return Topology.fully_connected(numbers[0], **kw)
+    if kind in _GRID_KINDS:
+        ndims, wrap = _GRID_KINDS[kind]
+        if ndims is not None and len(numbers) != ndims:
+            example = "x".join(["4"] * ndims)
+            raise TacosError(f"{spec!r}: {kind} needs {ndims} sizes, e.g. {kind}:{example}")
+        return Topology.grid(numbers, wrap=wrap, **kw)
+    raise TacosError(
+        f"unknown topology kind {kind!r} in {spec!r}: use one of {', '.join(SPEC_KINDS)}"
+    )
+
+
+def load_topology(
+    spec_or_path: str,
+    *,
+    bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
+    latency_us: float = DEFAULT_LATENCY_US,
+) -> Topology:
+    """A spec string or a topology file (.csv or .json), checked for connectivity."""
+    path = Path(spec_or_path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".json"):
+        if not path.is_file():
+            raise TacosError(f"{spec_or_path}: no such topology file")
+        text = _read_text(path)
+        topology = read_csv(text, str(path)) if suffix == ".csv" else read_json(text, str(path))
+    else:
+        topology = from_spec(spec_or_path, bandwidth_GBps=bandwidth_GBps, latency_us=latency_us)
+    topology.check_connected()
+    return topology
+
+
+def read_csv(text: str, source: str = "<csv>") -> Topology:
+    """CSV edge list: header ``src,dst,bandwidth_GBps,latency_us``, one directed link per row.
+
+    NPUs are ``0..max id``; every id in that range must appear in some link.
+    """
+    rows = list(csv.reader(io.StringIO(text)))
+    rows = [r for r in rows if r and not r[0].lstrip().startswith("#")]
+    if not rows or tuple(c.strip() for c in rows[0]) != CSV_HEADER:
+        raise TacosError(f"{source}: line 1: the header must be {','.join(CSV_HEADER)}")
+    links = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        if len(row) != 4:
+            raise TacosError(f"{source}: line {line_no}: expected 4 fields, got {len(row)}")
+        links.append(_parse_link([c.strip() for c in row], f"{source}: line {line_no}"))
+    if not links:
+        raise TacosError(f"{source}: no links after the header")
+    num_nodes = 1 + max(max(lk.src, lk.dst) for lk in links)
+    used = {lk.src for lk in links} | {lk.dst for lk in links}
+    missing = sorted(set(range(num_nodes)) - used)
+    if missing:
+        raise TacosError(f"{source}: NPU ids must be 0..{num_nodes - 1}; {missing[0]} has no link")
+    return Topology(num_nodes, tuple(links), 0, Path(source).stem)
+
+
+def read_json(text: str, source: str = "<json>") -> Topology:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TacosError(f"{source}: line {err.lineno} column {err.colno}: {err.msg}") from None
+    return Topology.from_dict(data, source)
+
+
+def write_csv(topology: Topology) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for lk in topology.links:
+        writer.writerow([lk.src, lk.dst, repr(lk.bandwidth_GBps), repr(lk.latency_us)])
+    return out.getvalue()
+
+
+# ------------------------------------------------------------------ helpers
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TacosError(f"{path}: cannot read: {err}") from None
+
+
+def _parse_link(fields: Sequence[Any], where: str) -> Link:
+    src = _as_int(fields[0], f"{where}: src")
+    dst = _as_int(fields[1], f"{where}: dst")
+    bandwidth = _as_float(fields[2], f"{where}: bandwidth_GBps")
+    latency = _as_float(fields[3], f"{where}: latency_us")
+    _check_positive(bandwidth, f"{where}: bandwidth_GBps", "a positive number")
+    _check_nonnegative(latency, f"{where}: latency_us", "a number >= 0")
+    return Link(src, dst, bandwidth, latency)
+
+
+def _check_link(link: Link, index: int, num_nodes: int, name: str) -> None:
+    where = f"topology {name!r} link {index} ({link.src}->{link.dst})"
+    for end in (link.src, link.dst):
+        if not (isinstance(end, int) and 0 <= end < num_nodes):
+            raise TacosError(f"{where}: node {end} is not in 0..{num_nodes - 1}")
+    if link.src == link.dst:
+        raise TacosError(f"{where}: a link must join two different nodes")
+    _check_positive(link.bandwidth_GBps, f"{where}: bandwidth", "a positive number")
+    _check_nonnegative(link.latency_us, f"{where}: latency", "a number >= 0")
+
+
+def _check_positive(value: float, what: str, fix: str) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise TacosError(f"{what} must be positive and finite, got {value}; use {fix}")
+
+
+def _check_nonnegative(value: float, what: str, fix: str) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise TacosError(f"{what} must be >= 0 and finite, got {value}; use {fix}")
+
+
+def _as_int(value: Any, where: str) -> int:
+    try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError):
+        raise TacosError(f"{where}: {value!r} is not a whole number") from None
+
+
+def _as_float(value: Any, where: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise TacosError(f"{where}: {value!r} is not a number") from None
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise TacosError(message)
+
+
+def _incidence(num_nodes: int, ends: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+    table: list[list[int]] = [[] for _ in range(num_nodes)]
+    for link_id, node in enumerate(ends):
+        table[node].append(link_id)
+    return tuple(tuple(ids) for ids in table)
+
+
+def _reachable(
+    root: int, incidence: Sequence[Sequence[int]], links: Sequence[Link], *, forward: bool
+) -> list[bool]:
+    seen = [False] * len(incidence)
+    seen[root] = True
+    queue = deque([root])
+    while queue:
+        node = queue.popleft()
+        for link_id in incidence[node]:
+            nxt = links[link_id].dst if forward else links[link_id].src
+            if not seen[nxt]:
+                seen[nxt] = True
+                queue.append(nxt)
+    return seen

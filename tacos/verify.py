@@ -1,0 +1,201 @@
+"""Independent correctness check of any Schedule, whoever produced it.
+
+The verifier shares nothing with the synthesizer but the data model. It
+replays the transfers' *data*: every buffer slot holds the set of ranks whose
+contribution it contains, a copy overwrites the receiver's slot with the
+sender's value at the start of the transfer, and a reduction adds it (a rank
+counted twice is an error). From that it checks:
+
+* the postcondition of the collective (All-Gather: every rank holds every
+  chunk; Reduce-Scatter: each owner holds the full reduction of its chunks;
+  All-Reduce: every rank holds every full reduction);
+* causality: nobody sends data it does not have yet, dependencies end before
+  their dependants start;
+* the link model: a transfer uses an existing link between its endpoints,
+  lasts at least latency + size / bandwidth, and each link carries one
+  transfer at a time.
+
+Example:
+    >>> import tacos
+    >>> topo = tacos.from_spec("ring:4")
+    >>> spec = tacos.Collective(tacos.CollectiveKind.ALL_REDUCE, tuple(topo.npus))
+    >>> tacos.verify(tacos.synthesize(topo, spec)).ok
+    True
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tacos.collective import CollectiveKind
+from tacos.schedule import Op, Schedule
+
+_REL_TOL = 1e-9
+MAX_REPORTED = 20
+
+
+@dataclass
+class VerificationReport:
+    """Outcome of :func:`verify`: ``ok`` and, when not, what is wrong (first few)."""
+
+    ok: bool = True
+    errors: list[str] = field(default_factory=list)
+    error_count: int = 0
+    collective_time_us: float = 0.0
+
+    def fail(self, message: str) -> None:
+        self.ok = False
+        self.error_count += 1
+        if len(self.errors) < MAX_REPORTED:
+            self.errors.append(message)
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"OK: collective completes at {self.collective_time_us:.6g} us"
+        more = self.error_count - len(self.errors)
+        tail = f"\n  ... and {more} more" if more else ""
+        return f"FAILED ({self.error_count} problems):\n  " + "\n  ".join(self.errors) + tail
+
+
+def verify(schedule: Schedule) -> VerificationReport:
+    """Check postcondition, causality and link exclusivity; never raises on bad schedules."""
+    report = VerificationReport(collective_time_us=schedule.collective_time_us)
+    if _check_structure(schedule, report):
+        _check_links(schedule, report)
+        _check_dependencies(schedule, report)
+        _check_data(schedule, report)
+    return report
+
+
+def _close_enough_before(a: float, b: float) -> bool:
+    """``a <= b`` up to rounding of sums of microsecond floats."""
+    return a <= b + _REL_TOL * max(1.0, abs(a), abs(b))
+
+
+def _check_structure(schedule: Schedule, report: VerificationReport) -> bool:
+    topo, spec = schedule.topology, schedule.collective
+    for rank in spec.ranks:
+        if not 0 <= rank < topo.num_npus:
+            report.fail(f"rank {rank} is not an NPU of the topology")
+    for i, t in enumerate(schedule.transfers):
+        where = f"transfer {i} (chunk {t.chunk} {t.src}->{t.dst})"
+        if not 0 <= t.chunk < spec.num_chunks:
+            report.fail(f"{where}: chunk id outside 0..{spec.num_chunks - 1}")
+        if not 0 <= t.link < len(topo.links):
+            report.fail(f"{where}: link {t.link} does not exist")
+            continue
+        link = topo.links[t.link]
+        if (link.src, link.dst) != (t.src, t.dst):
+            report.fail(
+                f"{where}: link {t.link} joins {link.src}->{link.dst}, not {t.src}->{t.dst}"
+            )
+        needed = link.transfer_time_us(spec.chunk_bytes)
+        if not _close_enough_before(needed, t.end - t.start):
+            report.fail(
+                f"{where}: lasts {t.end - t.start:.6g} us, shorter than the link allows "
+                f"({needed:.6g} us for {spec.chunk_bytes} bytes)"
+            )
+        if any(not 0 <= d < len(schedule.transfers) for d in t.deps):
+            report.fail(f"{where}: depends on a transfer that does not exist")
+    return report.ok
+
+
+def _check_links(schedule: Schedule, report: VerificationReport) -> None:
+    by_link: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(schedule.transfers):
+        by_link[t.link].append(i)
+    transfers = schedule.transfers
+    for link, indices in by_link.items():
+        indices.sort(key=lambda i: (transfers[i].start, transfers[i].end))
+        for before, after in zip(indices, indices[1:], strict=False):
+            if not _close_enough_before(transfers[before].end, transfers[after].start):
+                report.fail(
+                    f"link {link}: transfers {before} and {after} overlap "
+                    f"({transfers[after].start:.6g} us < {transfers[before].end:.6g} us)"
+                )
+
+
+def _check_dependencies(schedule: Schedule, report: VerificationReport) -> None:
+    transfers = schedule.transfers
+    for i, t in enumerate(transfers):
+        for d in t.deps:
+            dep = transfers[d]
+            if not _close_enough_before(dep.end, t.start):
+                report.fail(
+                    f"transfer {i} starts at {t.start:.6g} us before its dependency {d} "
+                    f"ends at {dep.end:.6g} us"
+                )
+            if dep.dst != t.src or dep.chunk != t.chunk:
+                report.fail(
+                    f"transfer {i} (chunk {t.chunk} from {t.src}) depends on transfer {d}, "
+                    f"which delivers chunk {dep.chunk} to {dep.dst}"
+                )
+
+
+def _check_data(schedule: Schedule, report: VerificationReport) -> None:
+    """Replay buffer contents as contribution sets (bit sets over rank positions)."""
+    spec = schedule.collective
+    everyone = (1 << spec.num_ranks) - 1
+    value: dict[tuple[int, int], int] = {}
+    for chunk in range(spec.num_chunks):
+        if spec.kind.reduces:
+            for position, rank in enumerate(spec.ranks):
+                value[(rank, chunk)] = 1 << position
+        else:
+            owner_position = chunk // spec.chunks_per_rank
+            value[(spec.owner(chunk), chunk)] = 1 << owner_position
+
+    # Arrivals at a time are applied before departures at that time.
+    events = []
+    for i, t in enumerate(schedule.transfers):
+        slack = _REL_TOL * max(1.0, abs(t.end))
+        events.append((t.end - slack, 0, i))
+        events.append((t.start, 1, i))
+    events.sort()
+    in_flight: dict[int, int] = {}
+    for _, is_departure, i in events:
+        t = schedule.transfers[i]
+        if is_departure:
+            sent = value.get((t.src, t.chunk))
+            if not sent:
+                report.fail(
+                    f"transfer {i}: node {t.src} sends chunk {t.chunk} at {t.start:.6g} us "
+                    "before it holds any of it"
+                )
+                sent = 0
+            in_flight[i] = sent
+            continue
+        sent = in_flight.pop(i, 0)
+        here = value.get((t.dst, t.chunk), 0)
+        if t.op is Op.REDUCE:
+            if here & sent:
+                ranks = [spec.ranks[p] for p in range(spec.num_ranks) if (here & sent) >> p & 1]
+                report.fail(
+                    f"transfer {i}: chunk {t.chunk} at node {t.dst} would count the "
+                    f"contribution of rank(s) {ranks[:5]} twice"
+                )
+            value[(t.dst, t.chunk)] = here | sent
+        else:
+            value[(t.dst, t.chunk)] = sent
+
+    for chunk in range(spec.num_chunks):
+        if spec.kind is CollectiveKind.ALL_GATHER:
+            holders = spec.ranks
+            expected = 1 << (chunk // spec.chunks_per_rank)
+        elif spec.kind is CollectiveKind.REDUCE_SCATTER:
+            holders = (spec.owner(chunk),)
+            expected = everyone
+        else:
+            holders = spec.ranks
+            expected = everyone
+        for rank in holders:
+            got = value.get((rank, chunk), 0)
+            if got != expected:
+                missing = [
+                    spec.ranks[p] for p in range(spec.num_ranks) if (expected & ~got) >> p & 1
+                ]
+                report.fail(
+                    f"postcondition: rank {rank} ends without the complete chunk {chunk} "
+                    f"(missing contributions of rank(s) {missing[:5]})"
+                )
