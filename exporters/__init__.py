@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from tacos.errors import TacosError
 from tacos.exporters import ir_json
 from tacos.exporters.base import ExportOptions, ExportResult
-
-from tacos.errors import TacosError
 from tacos.schedule import Schedule
 
 Exporter = Callable[[Schedule, Path, ExportOptions], ExportResult]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tacos.exporters.base import ExportOptions, ExportResult
-
 from tacos.output import write_text_atomic
 from tacos.schedule import Schedule
 
