@@ -1,17 +1,17 @@
 """Reading and writing Chakra ET streams: real ASTRA-sim files, round trips, refusals, attributes.
 
-The reference files come from ASTRA-sim's own examples (../shared/reference/astra-sim, or
-$TACOS_REFERENCE_DIR); the tests that need them skip when they are absent.
+The reference files come from ASTRA-sim's own examples (see tests/paths.py); the tests that
+need them skip when they are absent.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from paths import REFERENCE_DIR
 
 from tacos.chakra_io import (
     ASTRA_SIM_ATTRIBUTE_MEMBERS,
@@ -34,9 +34,6 @@ from tacos.chakra_io import (
 )
 from tacos.errors import TacosError
 
-REFERENCE_DIR = Path(
-    os.environ.get("TACOS_REFERENCE_DIR", Path(__file__).resolve().parents[2] / "shared/reference")
-)
 ASTRA_SIM_DIR = REFERENCE_DIR / "astra-sim"
 REFERENCE_ETS = sorted(ASTRA_SIM_DIR.glob("**/*.et"))
 WORKLOAD_ETS = [p for p in REFERENCE_ETS if p.parent.parent.name == "workload"]
