@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tacos.errors import TacosError
-from tacos.exporters import ir_json
+from tacos.exporters import chakra, ir_json
 from tacos.exporters.base import ExportOptions, ExportResult
 from tacos.schedule import Schedule
 
@@ -19,6 +19,7 @@ Exporter = Callable[[Schedule, Path, ExportOptions], ExportResult]
 
 EXPORTERS: dict[str, Exporter] = {
     ir_json.FORMAT_NAME: ir_json.export,
+    chakra.FORMAT_NAME: chakra.export,
 }
 
 

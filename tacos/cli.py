@@ -51,6 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = commands.add_parser("simulate", help="replay a schedule and report its time")
     p.add_argument("file", type=Path, help="schedule JSON")
+    p.add_argument(
+        "--sends-in-flight",
+        type=int,
+        default=None,
+        help="at most this many outstanding sends per NPU (1 = ASTRA-sim's standalone workload)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_cmd_simulate)
 
@@ -224,7 +230,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     schedule = Schedule.load(args.file)
-    result = simulate(schedule)
+    if args.sends_in_flight is not None and args.sends_in_flight < 1:
+        raise TacosError("--sends-in-flight must be at least 1")
+    result = simulate(schedule, sends_in_flight=args.sends_in_flight)
     recorded = schedule.collective_time_us
     busy = result.link_utilisation()
     data = {

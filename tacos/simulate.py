@@ -11,6 +11,12 @@ For a schedule from :func:`tacos.synthesize` the replay reproduces every
 start and end time exactly; for an imported schedule it gives the time the
 algorithm would take on this topology.
 
+``sends_in_flight`` optionally limits how many transfers a node may have
+outstanding at once (a one-port NPU model). ASTRA-sim's standalone workload
+route behaves like ``sends_in_flight=1``; among ready transfers waiting for the
+port, the one listed first in the schedule goes first, as ASTRA-sim issues
+ready nodes in id order.
+
 Example:
     >>> import tacos
     >>> topo = tacos.from_spec("ring:4")
@@ -46,7 +52,7 @@ class SimulationResult:
         return {k: v / self.collective_time_us for k, v in self.link_busy_us.items()}
 
 
-def simulate(schedule: Schedule) -> SimulationResult:
+def simulate(schedule: Schedule, *, sends_in_flight: int | None = None) -> SimulationResult:
     """Replay ``schedule``; raises TacosError if its dependencies can never all be met."""
     transfers = schedule.transfers
     count = len(transfers)
@@ -67,16 +73,26 @@ def simulate(schedule: Schedule) -> SimulationResult:
     link_idle: defaultdict[int, bool] = defaultdict(lambda: True)
     busy_time: dict[int, float] = defaultdict(float)
     completions: list[tuple[float, int]] = []
+    outstanding: defaultdict[int, int] = defaultdict(int)
+    port_queue: defaultdict[int, list[int]] = defaultdict(list)
 
     def try_start(link_id: int, now: float) -> None:
         queue = queues[link_id]
-        if link_idle[link_id] and queue and waiting[queue[0]] == 0:
-            i = queue.popleft()
-            link_idle[link_id] = False
-            start[i] = now
-            end[i] = now + links[link_id].transfer_time_us(nbytes)
-            busy_time[link_id] += end[i] - now
-            heapq.heappush(completions, (end[i], i))
+        if not (link_idle[link_id] and queue and waiting[queue[0]] == 0):
+            return
+        i = queue[0]
+        src = transfers[i].src
+        if sends_in_flight is not None and outstanding[src] >= sends_in_flight:
+            if i not in port_queue[src]:
+                heapq.heappush(port_queue[src], i)
+            return
+        queue.popleft()
+        link_idle[link_id] = False
+        outstanding[src] += 1
+        start[i] = now
+        end[i] = now + links[link_id].transfer_time_us(nbytes)
+        busy_time[link_id] += end[i] - now
+        heapq.heappush(completions, (end[i], i))
 
     for link_id in list(queues):
         try_start(link_id, 0.0)
@@ -86,6 +102,9 @@ def simulate(schedule: Schedule) -> SimulationResult:
         done += 1
         link_id = transfers[i].link
         link_idle[link_id] = True
+        outstanding[transfers[i].src] -= 1
+        if port_queue[transfers[i].src]:
+            try_start(transfers[heapq.heappop(port_queue[transfers[i].src])].link, now)
         for j in dependants[i]:
             waiting[j] -= 1
             if waiting[j] == 0:

@@ -1,0 +1,266 @@
+"""ASTRA-sim configuration of a bundle: network, system, remote memory, run script, manifest.
+
+Facts measured on ASTRA-sim's analytical backend (the prebuilt c459ab6 build)
+that shape these files:
+
+* A network is a list of dimensions, each a Ring, FullyConnected or Switch of
+  ``npus_count`` NPUs with one bandwidth (GB/s, 2**30 bytes) and latency (ns).
+  :func:`analytical_network` recognises topologies that are exactly one such
+  dimension with uniform links and returns None otherwise (the user then
+  supplies a network file through ``ASTRA_SIM_NETWORK``).
+* Custom collectives come from ``all-reduce-implementation-custom`` and
+  ``all-gather-implementation-custom`` (a one-element list holding a path
+  prefix, resolved against the working directory); a workload COMM_COLL_NODE of
+  the matching type triggers them. There is no reduce-scatter key, but ASTRA-sim
+  runs whatever trace the all-reduce key names, so a Reduce-Scatter (or any
+  schedule) can ride on it: the "custom" route for such collectives.
+* The standalone ("p2p") route runs the traces directly as the workload with no
+  key, but ASTRA-sim then keeps at most one send in flight per NPU, so a
+  schedule whose NPUs send on several links at once takes longer there; the
+  manifest predicts both routes (``tacos.simulate`` with ``sends_in_flight=1``).
+* ``preferred-dataset-splits`` must be present and 1 (K splits replay the
+  traces K times). The binary writes ``./log/``, so ``run.sh`` runs it in a
+  temporary directory. A run where some rank prints no ``finished`` line has
+  deadlocked although the exit code is 0: ``run.sh`` checks for that.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tacos.chakra_io import CollectiveCommType
+from tacos.collective import CollectiveKind
+from tacos.schedule import Schedule
+from tacos.simulate import simulate
+from tacos.topology import Topology
+
+ET_PREFIX = "tacos"
+WORKLOAD_PREFIX = "collective"
+BUNDLE_FORMAT = "tacos-astra-sim-bundle"
+NATIVE_KEYS = {
+    CollectiveKind.ALL_REDUCE: ("all-reduce-implementation-custom", CollectiveCommType.ALL_REDUCE),
+    CollectiveKind.ALL_GATHER: ("all-gather-implementation-custom", CollectiveCommType.ALL_GATHER),
+}
+"""Collectives ASTRA-sim has a custom-implementation key for, with the COMM_COLL type."""
+CARRIER_KEY = NATIVE_KEYS[CollectiveKind.ALL_REDUCE]
+"""Other collectives ride on the all-reduce key (ASTRA-sim runs any trace it names)."""
+
+
+@dataclass(frozen=True)
+class AnalyticalNetwork:
+    """One dimension of ASTRA-sim's analytical network."""
+
+    kind: str  # "Ring", "FullyConnected" or "Switch"
+    npus: int
+    bandwidth_GBps: float
+    latency_ns: float
+
+    def to_yaml(self) -> str:
+        return (
+            f"topology: [ {self.kind} ]\n"
+            f"npus_count: [ {self.npus} ]\n"
+            f"bandwidth: [ {self.bandwidth_GBps!r} ]  # GB/s\n"
+            f"latency: [ {self.latency_ns!r} ]  # ns\n"
+        )
+
+
+def analytical_network(topology: Topology) -> AnalyticalNetwork | None:
+    """The one-dimensional ASTRA-sim network equal to ``topology``, if there is one."""
+    speeds = {(link.bandwidth_GBps, link.latency_us) for link in topology.links}
+    if len(speeds) != 1:
+        return None
+    bandwidth, latency_us = speeds.pop()
+    n = topology.num_npus
+    pairs = {(link.src, link.dst) for link in topology.links}
+    if len(pairs) != len(topology.links):
+        return None
+    kind = None
+    if topology.num_switches == 0:
+        if pairs == {(u, v) for u in range(n) for v in range(n) if u != v}:
+            kind = "FullyConnected" if n > 2 else "Ring"
+        elif n > 2 and pairs == {(i, (i + d) % n) for i in range(n) for d in (1, n - 1)}:
+            kind = "Ring"
+    elif topology.num_switches == 1:
+        hub = n
+        if pairs == {(i, hub) for i in range(n)} | {(hub, i) for i in range(n)}:
+            kind = "Switch"
+    if kind is None:
+        return None
+    return AnalyticalNetwork(kind, n, bandwidth, latency_us * 1000.0)
+
+
+def system_config(custom_key: str | None = None) -> dict[str, Any]:
+    """system.json: FIFO scheduling, one dataset split, optionally the custom collective."""
+    config: dict[str, Any] = {
+        "scheduling-policy": "FIFO",
+        "endpoint-delay": 10,
+        "active-chunks-per-dimension": 1,
+        "preferred-dataset-splits": 1,
+        "all-reduce-implementation": ["ring"],
+        "all-gather-implementation": ["ring"],
+        "reduce-scatter-implementation": ["ring"],
+        "all-to-all-implementation": ["direct"],
+        "collective-optimization": "baseline",
+        "local-mem-bw": 50,
+        "boost-mode": 0,
+    }
+    if custom_key:
+        config[custom_key] = [f"et/{ET_PREFIX}"]
+    return config
+
+
+REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+
+
+@dataclass
+class BundlePlan:
+    """Everything in a bundle besides the traces, derived from the schedule."""
+
+    schedule: Schedule
+    custom_key: str
+    comm_type: int
+    default_route: str
+    network: AnalyticalNetwork | None
+    predicted_ns: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+    def manifest(self) -> dict[str, Any]:
+        spec = self.schedule.collective
+        return {
+            "format": BUNDLE_FORMAT,
+            "version": 1,
+            "collective": spec.kind.value,
+            "npus": self.schedule.topology.num_npus,
+            "ranks": list(spec.ranks),
+            "chunks": spec.num_chunks,
+            "chunk_bytes": spec.chunk_bytes,
+            "transfers": len(self.schedule.transfers),
+            "default_route": self.default_route,
+            "custom_key": self.custom_key,
+            "network": self.network.kind if self.network else None,
+            "predicted_time_ns": self.predicted_ns,
+            "schedule_time_us": self.schedule.collective_time_us,
+        }
+
+    def text_files(self) -> dict[str, str]:
+        files = {
+            "system.json": _json_text(system_config(self.custom_key)),
+            "system_p2p.json": _json_text(system_config()),
+            "memory.json": _json_text(REMOTE_MEMORY),
+            "manifest.json": _json_text(self.manifest()),
+            "run.sh": run_script(self.schedule.topology.num_npus, self.default_route),
+            "README.md": self.readme(),
+        }
+        if self.network:
+            files["network.yml"] = self.network.to_yaml()
+        return files
+
+    def readme(self) -> str:
+        spec = self.schedule.collective
+        routes = "\n".join(
+            f"- `./run.sh {route}`: predicted {ns / 1000:.6g} us"
+            for route, ns in self.predicted_ns.items()
+        )
+        network = (
+            f"`network.yml` is a {self.network.kind} of {self.network.npus} NPUs."
+            if self.network
+            else "This topology has no ASTRA-sim analytical equivalent: set ASTRA_SIM_NETWORK."
+        )
+        return (
+            f"# TACOS {spec.kind} for ASTRA-sim\n\n"
+            f"{spec.num_ranks} ranks, {spec.num_chunks} chunks of {spec.chunk_bytes} bytes, "
+            f"{len(self.schedule.transfers)} transfers; schedule time "
+            f"{self.schedule.collective_time_us:.6g} us.\n\n"
+            f"Run `./run.sh` (route `{self.default_route}`), or choose a route:\n\n{routes}\n\n"
+            "`custom` plugs `et/tacos.<rank>.et` into ASTRA-sim through "
+            f"`{self.custom_key}` and a one-node workload; `p2p` runs the same traces as the "
+            "workload itself, where ASTRA-sim keeps one send in flight per NPU.\n"
+            f"{network} Set ASTRA_SIM_BIN to pick the binary "
+            "(default AstraSim_Analytical_Congestion_Aware on PATH).\n"
+        )
+
+
+def plan_bundle(schedule: Schedule) -> BundlePlan:
+    """Choose keys and routes, recognise the network and predict each route's time."""
+    kind = schedule.collective.kind
+    custom_key, comm_type = NATIVE_KEYS.get(kind, CARRIER_KEY)
+    default_route = "custom" if kind in NATIVE_KEYS else "p2p"
+    predicted = {
+        "custom": simulate(schedule).collective_time_us * 1000.0,
+        "p2p": simulate(schedule, sends_in_flight=1).collective_time_us * 1000.0,
+    }
+    network = analytical_network(schedule.topology)
+    plan = BundlePlan(schedule, custom_key, int(comm_type), default_route, network, predicted)
+    if kind not in NATIVE_KEYS:
+        plan.notes.append(
+            f"ASTRA-sim has no custom key for {kind}; run.sh defaults to the p2p route, and "
+            f"'./run.sh custom' carries the traces on {custom_key}"
+        )
+    if network is None:
+        plan.notes.append(
+            "no ASTRA-sim analytical network matches this topology; "
+            "set ASTRA_SIM_NETWORK=/path/to/network.yml before run.sh"
+        )
+    return plan
+
+
+def _json_text(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+RUN_SCRIPT = """#!/usr/bin/env bash
+# Replay this TACOS schedule on ASTRA-sim's analytical backend.
+#   ./run.sh            route "{default_route}"
+#   ./run.sh custom     et/tacos.<rank>.et as ASTRA-sim's custom collective (system.json)
+#   ./run.sh p2p        et/tacos.<rank>.et run directly as the workload (system_p2p.json)
+# ASTRA_SIM_BIN      the binary (default: AstraSim_Analytical_Congestion_Aware on PATH)
+# ASTRA_SIM_NETWORK  a network file to use instead of network.yml
+# Exits 1 if any of the {npus} NPUs does not finish (ASTRA-sim itself exits 0 on a deadlock).
+set -euo pipefail
+here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+route="${{1:-{default_route}}}"
+case "$route" in
+  custom) workload="$here/workload/{workload_prefix}"; system="$here/system.json" ;;
+  p2p) workload="$here/et/{et_prefix}"; system="$here/system_p2p.json" ;;
+  *) echo "usage: $0 [custom|p2p]" >&2; exit 2 ;;
+esac
+bin="${{ASTRA_SIM_BIN:-AstraSim_Analytical_Congestion_Aware}}"
+network="${{ASTRA_SIM_NETWORK:-$here/network.yml}}"
+if [ ! -f "$network" ]; then
+  echo "run.sh: $network does not exist; set ASTRA_SIM_NETWORK to an ASTRA-sim network file" >&2
+  exit 2
+fi
+# ASTRA-sim writes ./log/ and resolves the custom prefix (et/...) against its working directory.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+ln -s "$here/et" "$work/et"
+cd "$work"
+set +e
+"$bin" --workload-configuration="$workload" --system-configuration="$system" \\
+  --network-configuration="$network" --remote-memory-configuration="$here/memory.json" \\
+  > "$work/stdout" 2>&1
+status=$?
+set -e
+cat "$work/stdout"
+if [ "$status" -ne 0 ]; then
+  echo "run.sh: ASTRA-sim failed with exit code $status" >&2
+  exit "$status"
+fi
+finished=$(grep -c "finished," "$work/stdout" || true)
+if [ "$finished" -ne {npus} ]; then
+  echo "run.sh: only $finished of {npus} NPUs finished: the simulation deadlocked" >&2
+  exit 1
+fi
+"""
+
+
+def run_script(npus: int, default_route: str) -> str:
+    """The bundle's run.sh: picks a route, runs ASTRA-sim from a scratch directory, checks it."""
+    return RUN_SCRIPT.format(
+        npus=npus,
+        default_route=default_route,
+        workload_prefix=WORKLOAD_PREFIX,
+        et_prefix=ET_PREFIX,
+    )
