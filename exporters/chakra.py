@@ -29,6 +29,9 @@ from tacos.output import atomic_directory, write_text_atomic
 from tacos.schedule import Op, Schedule, StepKind
 
 FORMAT_NAME = "chakra"
+CHUNK_ATTRIBUTE = "tacos_chunk"
+"""Which collective chunk a send or receive moves (int64). ASTRA-sim ignores it; importers
+use it to recover the data each message carries without guessing."""
 MAX_TAGS = 500_000_000
 """ASTRA-sim matches comm_tag modulo 5e8, so larger tags would alias."""
 
@@ -65,6 +68,7 @@ def rank_traces(schedule: Schedule) -> dict[int, Trace]:
                     t.dst,
                     step.transfer,
                     nbytes,
+                    t.chunk,
                     deps=(),
                 )
                 nodes.append(recv)
@@ -94,6 +98,7 @@ def rank_traces(schedule: Schedule) -> dict[int, Trace]:
                         t.dst,
                         step.transfer,
                         nbytes,
+                        t.chunk,
                         deps=sorted(deps),
                     )
                 )
@@ -111,6 +116,7 @@ def _comm_node(
     dst: int,
     tag: int,
     nbytes: int,
+    chunk: int,
     deps: Sequence[int],
 ) -> Node:
     return Node(
@@ -124,6 +130,7 @@ def _comm_node(
             attr("comm_dst", dst),
             attr("comm_tag", tag),
             attr("comm_size", nbytes),
+            attr(CHUNK_ATTRIBUTE, chunk),
         ],
     )
 

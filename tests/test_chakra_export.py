@@ -97,6 +97,7 @@ def test_attributes_have_the_value_types_astra_sim_reads(tmp_path):
         "comm_dst": "int32_val",
         "comm_tag": "int32_val",
         "comm_size": "int64_val",
+        "tacos_chunk": "int64_val",
     }
 
 
