@@ -8,8 +8,9 @@ that shape these files:
   :func:`analytical_network` recognises topologies that are exactly one such
   dimension with uniform links and returns None otherwise (the user then
   supplies a network file through ``ASTRA_SIM_NETWORK``).
-* Custom collectives come from ``all-reduce-implementation-custom`` and
-  ``all-gather-implementation-custom`` (a one-element list holding a path
+* Custom collectives come from ``all-reduce-implementation-custom``,
+  ``all-gather-implementation-custom`` and ``all-to-all-implementation-custom``
+  (a one-element list holding a path
   prefix, resolved against the working directory); a workload COMM_COLL_NODE of
   the matching type triggers them. There is no reduce-scatter key, but ASTRA-sim
   runs whatever trace the all-reduce key names, so a Reduce-Scatter (or any
@@ -42,6 +43,7 @@ BUNDLE_FORMAT = "tacos-astra-sim-bundle"
 NATIVE_KEYS = {
     CollectiveKind.ALL_REDUCE: ("all-reduce-implementation-custom", CollectiveCommType.ALL_REDUCE),
     CollectiveKind.ALL_GATHER: ("all-gather-implementation-custom", CollectiveCommType.ALL_GATHER),
+    CollectiveKind.ALL_TO_ALL: ("all-to-all-implementation-custom", CollectiveCommType.ALL_TO_ALL),
 }
 """Collectives ASTRA-sim has a custom-implementation key for, with the COMM_COLL type."""
 CARRIER_KEY = NATIVE_KEYS[CollectiveKind.ALL_REDUCE]

@@ -5,11 +5,20 @@ its destination, with the same ``comm_tag`` (the transfer's index), so ASTRA-sim
 -- which pairs sends and receives on (tag, src, dst, size) -- matches each send
 with exactly one receive. A reduction is a COMP_NODE after its receive. A send
 lists in ``data_deps`` the nodes that produced its data (ASTRA-sim ignores
-``ctrl_deps``), so the traces carry exactly the schedule's causality, and the
-previous send on the same link: ASTRA-sim completes a send when it arrives, so
-the link then carries one chunk at a time in the schedule's order, which is the
-link model the synthesizer and ``tacos simulate`` use. An NPU without transfers
-gets one zero-length COMP_NODE, since ASTRA-sim never finishes an empty trace.
+``ctrl_deps``), so the traces carry exactly the schedule's causality, and it
+keeps each link in the schedule's order:
+
+* A send over a direct link waits for the previous send on that link. ASTRA-sim
+  completes a send when it arrives, so the link carries one chunk at a time,
+  which is the link model of the synthesizer and ``tacos simulate``.
+* A send through a switch must not wait that long (its uplink frees after the
+  first hop), but ASTRA-sim serves an uplink in the order sends are issued. So
+  the send is followed by a zero-length COMP_NODE with the same dependencies
+  (it completes 1 ns after the send is issued), and the next send through that
+  uplink waits for it: issue order = schedule order, at 1 ns per send.
+
+An NPU without transfers gets one zero-length COMP_NODE, since ASTRA-sim never
+finishes an empty trace.
 
 ``tacos-export --format chakra -o DIR`` writes a ready-to-run ASTRA-sim bundle
 (:func:`export`; its configuration files come from
@@ -26,7 +35,7 @@ from tacos.errors import TacosError
 from tacos.exporters.astra_config import ET_PREFIX, WORKLOAD_PREFIX, plan_bundle
 from tacos.exporters.base import ExportOptions, ExportResult
 from tacos.output import atomic_directory, write_text_atomic
-from tacos.schedule import Op, Schedule, StepKind
+from tacos.schedule import Op, RankStep, Schedule, StepKind
 
 FORMAT_NAME = "chakra"
 CHUNK_ATTRIBUTE = "tacos_chunk"
@@ -53,59 +62,72 @@ def rank_traces(schedule: Schedule) -> dict[int, Trace]:
     nbytes = schedule.collective.chunk_bytes
     traces: dict[int, Trace] = {}
     for npu in schedule.topology.npus:
-        nodes: list[Node] = []
-        produced_by: dict[int, int] = {}  # transfer index -> node id holding its data here
-        last_send_on: dict[int, int] = {}  # link id -> node id of its latest send
         program = programs.get(npu)
-        for step in program.steps if program else ():
-            t = schedule.transfers[step.transfer]
-            if step.kind is StepKind.RECV:
-                recv = _comm_node(
-                    len(nodes),
-                    f"recv chunk {t.chunk} from {t.src} (transfer {step.transfer})",
-                    NodeType.COMM_RECV_NODE,
-                    t.src,
-                    t.dst,
-                    step.transfer,
-                    nbytes,
-                    t.chunk,
-                    deps=(),
-                )
-                nodes.append(recv)
-                produced_by[step.transfer] = recv.id
-                if t.op is Op.REDUCE:
-                    reduce = Node(
-                        id=len(nodes),
-                        name=f"reduce chunk {t.chunk} from {t.src} (transfer {step.transfer})",
-                        type=NodeType.COMP_NODE,
-                        data_deps=[recv.id],
-                        duration_micros=0,
-                        attr=[attr("is_cpu_op", False)],
-                    )
-                    nodes.append(reduce)
-                    produced_by[step.transfer] = reduce.id
-            else:
-                deps = {produced_by[d] for d in step.waits_for}
-                if t.link in last_send_on:
-                    deps.add(last_send_on[t.link])
-                last_send_on[t.link] = len(nodes)
-                nodes.append(
-                    _comm_node(
-                        len(nodes),
-                        f"send chunk {t.chunk} to {t.dst} (transfer {step.transfer})",
-                        NodeType.COMM_SEND_NODE,
-                        t.src,
-                        t.dst,
-                        step.transfer,
-                        nbytes,
-                        t.chunk,
-                        deps=sorted(deps),
-                    )
-                )
+        nodes = _program_nodes(schedule, npu, program.steps if program else (), nbytes)
         if not nodes:
             nodes.append(Node(id=0, name="idle", type=NodeType.COMP_NODE, duration_micros=0))
         traces[npu] = (GlobalMetadata(version=CHAKRA_VERSION), nodes)
     return traces
+
+
+def _program_nodes(
+    schedule: Schedule, npu: int, steps: Sequence[RankStep], nbytes: int
+) -> list[Node]:
+    """The ET nodes of one NPU, in step order."""
+    nodes: list[Node] = []
+    produced_by: dict[int, int] = {}  # message (last hop) -> node id holding its data here
+    link_order: dict[int, int] = {}  # first link -> node the next send on it must wait for
+    for step in steps:
+        what = f"chunk {step.chunk} (transfer {step.transfer})"
+        if step.kind is StepKind.RECV:
+            recv = _comm_node(
+                len(nodes), f"recv {what} from {step.peer}", NodeType.COMM_RECV_NODE,
+                step.peer, npu, step, nbytes, deps=(),
+            )  # fmt: skip
+            nodes.append(recv)
+            produced_by[step.transfer] = recv.id
+            if step.op is Op.REDUCE:
+                reduce = Node(
+                    id=len(nodes),
+                    name=f"reduce {what} from {step.peer}",
+                    type=NodeType.COMP_NODE,
+                    data_deps=[recv.id],
+                    duration_micros=0,
+                    attr=[attr("is_cpu_op", False)],
+                )
+                nodes.append(reduce)
+                produced_by[step.transfer] = reduce.id
+            continue
+        deps = {produced_by[d] for d in step.waits_for}
+        link = schedule.transfers[step.hops[0]].link
+        if link in link_order:
+            deps.add(link_order[link])
+        nodes.append(
+            _comm_node(
+                len(nodes),
+                f"send {what} to {step.peer}",
+                NodeType.COMM_SEND_NODE,
+                npu,
+                step.peer,
+                step,
+                nbytes,
+                deps=sorted(deps),
+            )  # fmt: skip
+        )
+        if len(step.hops) == 1:
+            link_order[link] = nodes[-1].id
+        else:
+            marker = Node(
+                id=len(nodes),
+                name=f"issued {what} on link {link}",
+                type=NodeType.COMP_NODE,
+                data_deps=sorted(deps),
+                duration_micros=0,
+                attr=[attr("is_cpu_op", False)],
+            )
+            nodes.append(marker)
+            link_order[link] = marker.id
+    return nodes
 
 
 def _comm_node(
@@ -114,9 +136,8 @@ def _comm_node(
     node_type: int,
     src: int,
     dst: int,
-    tag: int,
+    step: RankStep,
     nbytes: int,
-    chunk: int,
     deps: Sequence[int],
 ) -> Node:
     return Node(
@@ -128,9 +149,9 @@ def _comm_node(
             attr("is_cpu_op", False),
             attr("comm_src", src),
             attr("comm_dst", dst),
-            attr("comm_tag", tag),
+            attr("comm_tag", step.transfer),
             attr("comm_size", nbytes),
-            attr(CHUNK_ATTRIBUTE, chunk),
+            attr(CHUNK_ATTRIBUTE, step.chunk),
         ],
     )
 

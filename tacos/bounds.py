@@ -4,19 +4,23 @@ Every bound holds for any schedule under the link model of
 :class:`tacos.topology.Link` (a link moves one chunk at a time, each taking
 ``latency + chunk_bytes / bandwidth``):
 
-* ``ingress``: bytes a rank must receive (send, for Reduce-Scatter) over the
-  sum of its link bandwidths; ignores latency and chunking.
-* ``chunk_ingress``: the chunk-granular version: a rank whose in-links take
+* ``ingress``: chunks a node must receive (or send) over the sum of its link
+  bandwidths; ignores latency and chunking.
+* ``chunk_ingress``: the chunk-granular version: a node whose in-links take
   ``t_i`` per chunk receives at most ``sum_i floor(T / t_i)`` chunks by time
-  ``T``; the smallest ``T`` that covers what it must receive, maximised over
-  ranks. For All-Reduce each rank must both receive and send a message for
-  every chunk (``num_chunks`` each way).
+  ``T``; the smallest ``T`` that covers what it must receive (likewise for
+  what it must send), maximised over nodes. For All-Reduce every rank must
+  both receive and send a message for every chunk.
 * ``link_capacity``: the same counting over *all* links for the total number of
-  messages: All-Gather and Reduce-Scatter need ``num_chunks * (ranks - 1)``;
-  All-Reduce needs ``2 * (ranks - 1)`` per chunk (one-way gossip needs
-  ``2n - 2`` messages for ``n`` parties to learn everything).
-* ``diameter``: the slowest chunk must cross the farthest pair of ranks, hop
-  by hop (distances in per-chunk link times).
+  link transfers: one per (node, chunk) delivery; for All-to-All, as many as
+  the hops between source and destination; for reductions ``k - 1`` per chunk
+  with ``k`` contributors, and ``2(k - 1)`` for All-Reduce (one-way gossip
+  needs ``2n - 2`` messages for ``n`` parties to learn everything).
+* ``diameter``: the slowest chunk must cross the farthest source-destination
+  pair, hop by hop (distances in per-chunk link times).
+
+The counts come from the collective's own pre- and postcondition
+(:meth:`tacos.collective.Collective.initial_data` and ``final_data``).
 
 ``best`` is the largest, the number ratios are quoted against.
 """
@@ -25,7 +29,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tacos.collective import Collective, CollectiveKind
@@ -67,32 +72,118 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
     >>> lower_bounds(topo, spec).best_us  # 3 chunks over 2 in-links: 2 chunk times
     40.0625
     """
-    kind = collective.kind
-    ranks, chunks = collective.num_ranks, collective.num_chunks
+    demand = _demand(topology, collective)
     per_chunk = topology.link_times_us(collective.chunk_bytes)
-    if kind is CollectiveKind.ALL_GATHER:
-        directions = [("in", chunks - collective.chunks_per_rank)]
-        messages = chunks * (ranks - 1)
-    elif kind is CollectiveKind.REDUCE_SCATTER:
-        directions = [("out", chunks - collective.chunks_per_rank)]
-        messages = chunks * (ranks - 1)
-    else:
-        directions = [("in", chunks), ("out", chunks)]
-        messages = 2 * chunks * (ranks - 1)
-
     ingress = chunk_ingress = 0.0
-    for direction, must_move in directions:
-        incidence = topology.in_links if direction == "in" else topology.out_links
-        for rank in collective.ranks:
-            link_ids = incidence[rank]
+    for counts, incidence in (
+        (demand.receive, topology.in_links),
+        (demand.send, topology.out_links),
+    ):
+        for node, count in counts.items():
+            link_ids = incidence[node]
             bandwidth = sum(topology.links[i].bandwidth_GBps for i in link_ids) * GIB
-            ingress = max(ingress, must_move * collective.chunk_bytes / bandwidth * 1e6)
-            times = [per_chunk[i] for i in link_ids]
-            chunk_ingress = max(chunk_ingress, min_time_to_move(times, must_move))
-
-    capacity = min_time_to_move(per_chunk, messages)
-    diameter = _diameter(topology, collective.ranks, per_chunk)
+            ingress = max(ingress, count * collective.chunk_bytes / bandwidth * 1e6)
+            chunk_ingress = max(
+                chunk_ingress, min_time_to_move([per_chunk[i] for i in link_ids], count)
+            )
+    capacity = min_time_to_move(per_chunk, demand.messages)
+    if demand.unrouted_messages:
+        transfers = demand.unrouted_messages * _fewest_hops_between_npus(topology)
+        capacity = max(capacity, min_time_to_move(per_chunk, demand.messages + transfers))
+    diameter = _diameter(topology, demand.pairs, per_chunk)
     return LowerBounds(ingress, chunk_ingress, capacity, diameter)
+
+
+@dataclass
+class _Demand:
+    """What any schedule must move: per-node message counts, total messages, far pairs."""
+
+    receive: dict[int, int]
+    send: dict[int, int]
+    messages: int  # link transfers counted hop by hop
+    unrouted_messages: int  # NPU-to-NPU messages, each at least the fewest hops between NPUs
+    pairs: dict[int, set[int]]  # source node -> nodes its data must reach
+
+
+def _demand(topology: Topology, spec: Collective) -> _Demand:
+    """Counting arguments, per chunk, from the collective's pre- and postcondition.
+
+    Spreading: every node that must end with a chunk it lacks receives it at least
+    once; a chunk that starts on one node leaves it at least once. Reducing: a
+    contributor sends at least one message about the chunk unless it is the only
+    target, and a target receives at least one unless it is the only contributor;
+    merging k contributions at one target takes k - 1 messages, at all of them
+    (All-Reduce, one-way gossip) 2(k - 1).
+    """
+    holders: dict[int, set[int]] = defaultdict(set)
+    for node, chunk, _ in spec.initial_data():
+        holders[chunk].add(node)
+    targets: dict[int, set[int]] = defaultdict(set)
+    for node, chunk, _ in spec.final_data():
+        targets[chunk].add(node)
+    receive: dict[int, int] = defaultdict(int)
+    send: dict[int, int] = defaultdict(int)
+    pairs: dict[int, set[int]] = defaultdict(set)
+    messages = unrouted = 0
+    hops = _hop_counter(topology) if spec.kind is CollectiveKind.ALL_TO_ALL else None
+    for chunk, ends in targets.items():
+        starts = holders[chunk]
+        if spec.kind.reduces:
+            for contributor in starts:
+                if ends - {contributor}:
+                    send[contributor] += 1
+                    pairs[contributor] |= ends - {contributor}
+            for target in ends:
+                if starts - {target}:
+                    receive[target] += 1
+            merges = len(starts) - 1
+            unrouted += 2 * merges if len(ends) > 1 else merges
+            continue
+        needing = ends - starts
+        for target in needing:
+            receive[target] += 1
+        if len(starts) == 1 and needing:
+            (source,) = starts
+            send[source] += 1
+            pairs[source] |= needing
+            if hops is not None and len(needing) == 1:
+                messages += hops(source, next(iter(needing)))
+                continue
+        unrouted += len(needing)
+    return _Demand(dict(receive), dict(send), messages, unrouted, dict(pairs))
+
+
+def _fewest_hops_between_npus(topology: Topology) -> int:
+    """1 if some NPU links straight to another NPU, else 2 (through at least one switch)."""
+    direct = any(
+        not topology.is_switch(link.src) and not topology.is_switch(link.dst)
+        for link in topology.links
+    )
+    return 1 if direct else 2
+
+
+def _hop_counter(topology: Topology) -> Callable[[int, int], int]:
+    """Fewest links from one node to another (breadth-first, cached per source)."""
+    cache: dict[int, list[int]] = {}
+
+    def hops(source: int, target: int) -> int:
+        if source not in cache:
+            dist = [-1] * topology.num_nodes
+            dist[source] = 0
+            frontier = [source]
+            while frontier:
+                following = []
+                for node in frontier:
+                    for link_id in topology.out_links[node]:
+                        nxt = topology.links[link_id].dst
+                        if dist[nxt] < 0:
+                            dist[nxt] = dist[node] + 1
+                            following.append(nxt)
+                frontier = following
+            cache[source] = dist
+        return max(1, cache[source][target])
+
+    return hops
 
 
 def min_time_to_move(times: Sequence[float], count: int) -> float:
@@ -123,20 +214,19 @@ def min_time_to_move(times: Sequence[float], count: int) -> float:
     return max(math.floor(high / t * (1 + 1e-12)) * t for t in distinct)
 
 
-def _diameter(topology: Topology, ranks: Sequence[int], per_chunk: Sequence[float]) -> float:
-    """Largest rank-to-rank distance; from a sample of sources on big topologies.
+def _diameter(topology: Topology, pairs: dict[int, set[int]], per_chunk: Sequence[float]) -> float:
+    """Largest source-to-destination distance; from a sample of sources on big topologies.
 
     Any subset of sources still gives a valid (possibly weaker) bound.
     """
-    sources: Sequence[int] = ranks
-    if len(ranks) * max(1, len(topology.links)) > _MAX_DIJKSTRA_WORK:
-        step = max(1, len(ranks) // _SAMPLED_SOURCES)
-        sources = [*ranks[::step], ranks[-1]]
-    rank_set = set(ranks)
+    sources = sorted(pairs)
+    if len(sources) * max(1, len(topology.links)) > _MAX_DIJKSTRA_WORK:
+        step = max(1, len(sources) // _SAMPLED_SOURCES)
+        sources = sorted({*sources[::step], sources[-1]})
     farthest = 0.0
     for source in sources:
         dist = _dijkstra(topology, source, per_chunk)
-        farthest = max(farthest, max(d for node, d in dist.items() if node in rank_set))
+        farthest = max(farthest, max(dist.get(t, 0.0) for t in pairs[source]))
     return farthest
 
 

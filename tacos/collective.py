@@ -1,13 +1,24 @@
 """Collective specifications: which operation, over which ranks, in which chunks.
 
 A *chunk* is the unit the synthesizer moves over one link in one transfer.
-Chunks are numbered ``0 .. num_chunks-1``; chunk ``c`` belongs to rank
-``ranks[c // chunks_per_rank]``:
+Every collective is defined by where its data starts and where it must end,
+as (node, chunk, contributions) triples where *contributions* is a bit set
+over rank positions (bit ``i`` stands for ``ranks[i]``'s data):
 
-* All-Gather: that rank holds chunk ``c`` at the start; every rank needs it.
-* Reduce-Scatter: every rank holds a contribution to every chunk; the owner
-  of ``c`` must end with the reduction of all contributions.
-* All-Reduce: as Reduce-Scatter, but every rank ends with every reduced chunk.
+* :meth:`Collective.initial_data` -- what each rank holds at the start;
+* :meth:`Collective.final_data` -- what must be where at the end.
+
+The verifier checks schedules against exactly these, and the synthesizer
+derives its sources and goals from them, so a collective is defined once.
+
+Chunk numbering (``R`` ranks, ``C`` chunks per rank):
+
+* All-Gather, Reduce-Scatter, All-Reduce, Gather, Scatter: ``R*C`` chunks;
+  chunk ``c`` belongs to ``ranks[c // C]`` (its source in All-Gather and
+  Gather, its destination in Reduce-Scatter and Scatter).
+* Broadcast, Reduce: the root's buffer, ``C`` chunks.
+* All-to-All: ``R*R*C`` chunks; chunk ``c`` goes from ``ranks[c // (R*C)]`` to
+  ``ranks[(c // C) % R]`` (chunks a rank "sends" to itself need no transfer).
 
 Example:
     >>> spec = Collective(CollectiveKind.ALL_GATHER, ranks=(0, 1, 2), chunks_per_rank=2,
@@ -25,15 +36,23 @@ from typing import Any
 
 from tacos.errors import TacosError
 
+Placement = tuple[int, int, int]
+"""(node, chunk, contributions bit set over rank positions)."""
+
 
 class CollectiveKind(StrEnum):
     ALL_GATHER = "all-gather"
     REDUCE_SCATTER = "reduce-scatter"
     ALL_REDUCE = "all-reduce"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    ALL_TO_ALL = "all-to-all"
 
     @classmethod
     def parse(cls, text: str) -> CollectiveKind:
-        """Accept ``all-gather``, ``allgather``, ``all_gather`` and so on."""
+        """Accept ``all-gather``, ``allgather``, ``all_gather``, ``alltoall`` and so on."""
         wanted = text.strip().lower().replace("_", "-")
         for kind in cls:
             if wanted in (kind.value, kind.value.replace("-", "")):
@@ -43,18 +62,36 @@ class CollectiveKind(StrEnum):
 
     @property
     def reduces(self) -> bool:
-        """Whether ranks start with contributions to every chunk (RS, AR)."""
-        return self in (CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE)
+        """Whether data is combined by reduction (RS, AR, Reduce)."""
+        return self in (
+            CollectiveKind.REDUCE_SCATTER,
+            CollectiveKind.ALL_REDUCE,
+            CollectiveKind.REDUCE,
+        )
+
+    @property
+    def rooted(self) -> bool:
+        """Whether the collective has a root rank (Broadcast, Reduce, Gather, Scatter)."""
+        return self in (
+            CollectiveKind.BROADCAST,
+            CollectiveKind.REDUCE,
+            CollectiveKind.GATHER,
+            CollectiveKind.SCATTER,
+        )
 
 
 @dataclass(frozen=True)
 class Collective:
-    """What to synthesize: kind, participating NPU ids, chunking."""
+    """What to synthesize: kind, participating NPU ids, chunking, and the root if any.
+
+    ``root`` defaults to ``ranks[0]`` for rooted kinds and must be None otherwise.
+    """
 
     kind: CollectiveKind
     ranks: tuple[int, ...]
     chunks_per_rank: int = 1
     chunk_bytes: int = 2**20
+    root: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.ranks) < 2:
@@ -65,6 +102,13 @@ class Collective:
             raise TacosError(f"chunks per NPU must be >= 1, got {self.chunks_per_rank}")
         if self.chunk_bytes < 1:
             raise TacosError(f"chunk size must be >= 1 byte, got {self.chunk_bytes}")
+        if self.kind.rooted:
+            if self.root is None:
+                object.__setattr__(self, "root", self.ranks[0])
+            elif self.root not in self.ranks:
+                raise TacosError(f"root {self.root} is not one of the ranks {list(self.ranks)}")
+        elif self.root is not None:
+            raise TacosError(f"a {self.kind} has no root; drop --root")
 
     @property
     def num_ranks(self) -> int:
@@ -72,34 +116,88 @@ class Collective:
 
     @property
     def num_chunks(self) -> int:
+        if self.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+            return self.chunks_per_rank
+        if self.kind is CollectiveKind.ALL_TO_ALL:
+            return self.num_ranks * self.num_ranks * self.chunks_per_rank
         return self.num_ranks * self.chunks_per_rank
 
     def owner(self, chunk: int) -> int:
-        """The NPU id that owns ``chunk`` (its source in AG, its destination in RS)."""
+        """The rank a chunk belongs to: its source, or its destination when it is reduced.
+
+        For Broadcast and Reduce that is the root; for All-to-All the sending rank.
+        """
+        if self.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+            assert self.root is not None
+            return self.root
+        if self.kind is CollectiveKind.ALL_TO_ALL:
+            return self.ranks[chunk // (self.num_ranks * self.chunks_per_rank)]
+        return self.ranks[chunk // self.chunks_per_rank]
+
+    def destination(self, chunk: int) -> int:
+        """All-to-All and Scatter: the one rank that must receive ``chunk``."""
+        if self.kind is CollectiveKind.ALL_TO_ALL:
+            return self.ranks[(chunk // self.chunks_per_rank) % self.num_ranks]
         return self.ranks[chunk // self.chunks_per_rank]
 
     def rank_index(self, npu: int) -> int:
         """Position of ``npu`` in :attr:`ranks`."""
         return self.ranks.index(npu)
 
+    def initial_data(self) -> list[Placement]:
+        """Where the data is before the collective (the precondition)."""
+        kind, chunks = self.kind, range(self.num_chunks)
+        if kind.reduces:
+            return [(rank, c, 1 << i) for i, rank in enumerate(self.ranks) for c in chunks]
+        if kind in (CollectiveKind.BROADCAST, CollectiveKind.SCATTER):
+            assert self.root is not None
+            return [(self.root, c, self._bit(self.root)) for c in chunks]
+        return [(self.owner(c), c, self._bit(self.owner(c))) for c in chunks]
+
+    def final_data(self) -> list[Placement]:
+        """What must be where after the collective (the postcondition)."""
+        kind, chunks, everyone = self.kind, range(self.num_chunks), (1 << self.num_ranks) - 1
+        if kind is CollectiveKind.ALL_REDUCE:
+            return [(rank, c, everyone) for rank in self.ranks for c in chunks]
+        if kind in (CollectiveKind.REDUCE_SCATTER, CollectiveKind.REDUCE):
+            return [(self.owner(c), c, everyone) for c in chunks]
+        if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.BROADCAST):
+            return [(rank, c, self._bit(self.owner(c))) for rank in self.ranks for c in chunks]
+        if kind is CollectiveKind.GATHER:
+            assert self.root is not None
+            return [(self.root, c, self._bit(self.owner(c))) for c in chunks]
+        source = self.root if kind is CollectiveKind.SCATTER else None
+        return [
+            (self.destination(c), c, self._bit(self.owner(c) if source is None else source))
+            for c in chunks
+        ]
+
+    def _bit(self, rank: int) -> int:
+        return 1 << self.ranks.index(rank)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "kind": self.kind.value,
             "ranks": list(self.ranks),
             "chunks_per_rank": self.chunks_per_rank,
             "chunk_bytes": self.chunk_bytes,
         }
+        if self.root is not None:
+            data["root"] = self.root
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "collective") -> Collective:
         try:
+            root = data.get("root")
             return cls(
                 CollectiveKind.parse(str(data["kind"])),
                 tuple(int(r) for r in data["ranks"]),
                 int(data["chunks_per_rank"]),
                 int(data["chunk_bytes"]),
+                None if root is None else int(root),
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise TacosError(
                 f"{source}: needs kind, ranks, chunks_per_rank, chunk_bytes ({err})"
             ) from None

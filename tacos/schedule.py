@@ -65,10 +65,13 @@ class StepKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RankStep:
-    """One send or receive in a node's program.
+    """One send or receive in an NPU's program.
 
-    ``transfer`` indexes :attr:`Schedule.transfers`; ``waits_for`` lists the
-    transfers (receives on this same node) that must complete before a send.
+    A step moves one *message*: a transfer between two NPUs, or a chain of
+    transfers through switches (``hops``, first to last). ``transfer`` is the
+    message's last hop, the one that delivers to the receiving NPU; it names the
+    message uniquely. ``waits_for`` lists the messages (receives on this same
+    NPU) that must complete before a send.
     """
 
     kind: StepKind
@@ -78,6 +81,7 @@ class RankStep:
     op: Op
     time: float
     waits_for: tuple[int, ...] = ()
+    hops: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,19 +114,50 @@ class Schedule:
         """When the last transfer ends (0 for an empty schedule)."""
         return max((t.end for t in self.transfers), default=0.0)
 
-    def per_rank(self) -> dict[int, RankProgram]:
-        """Per-node programs for every node that sends or receives.
+    def messages(self) -> list[tuple[int, ...]]:
+        """NPU-to-NPU messages as chains of transfer indices, ordered by their last hop.
 
-        Steps are ordered by start time; at equal times receives come first and
-        then transfer index, so both ends of a link list its transfers in the
-        same order. A send waits for the receives named in its ``deps``.
+        Formats without switches see a switch path as one message from the NPU
+        that entered the fabric to the NPU that left it. Switches forward each
+        arrival exactly once (the verifier checks it), so chains are unique.
+        """
+        chains = []
+        for index, t in enumerate(self.transfers):
+            if self.topology.is_switch(t.dst):
+                continue
+            chain = [index]
+            while self.topology.is_switch(self.transfers[chain[0]].src):
+                deps = self.transfers[chain[0]].deps
+                if len(deps) != 1:
+                    raise TacosError(
+                        f"transfer {chain[0]} leaves a switch without exactly one incoming "
+                        "transfer to forward; the schedule does not verify"
+                    )
+                chain.insert(0, deps[0])
+            chains.append(tuple(chain))
+        return chains
+
+    def per_rank(self) -> dict[int, RankProgram]:
+        """Per-NPU programs for every NPU that sends or receives.
+
+        Steps are ordered by the time the message leaves its sender; at equal
+        times receives come first and then transfer index, so both ends list
+        their common messages in the same order. A send waits for the receives
+        named in its first hop's ``deps``; switch hops are folded into messages
+        (see :meth:`messages`).
         """
         steps: dict[int, list[tuple[float, int, int, RankStep]]] = {}
-        for index, t in enumerate(self.transfers):
-            send = RankStep(StepKind.SEND, index, t.dst, t.chunk, t.op, t.start, t.deps)
-            recv = RankStep(StepKind.RECV, index, t.src, t.chunk, t.op, t.start)
-            steps.setdefault(t.src, []).append((t.start, 1, index, send))
-            steps.setdefault(t.dst, []).append((t.start, 0, index, recv))
+        for hops in self.messages():
+            first, last = self.transfers[hops[0]], self.transfers[hops[-1]]
+            index = hops[-1]
+            send = RankStep(
+                StepKind.SEND, index, last.dst, last.chunk, last.op, first.start, first.deps, hops
+            )
+            recv = RankStep(
+                StepKind.RECV, index, first.src, last.chunk, last.op, first.start, (), hops
+            )
+            steps.setdefault(first.src, []).append((first.start, 1, index, send))
+            steps.setdefault(last.dst, []).append((first.start, 0, index, recv))
         return {
             node: RankProgram(node, tuple(step for *_, step in sorted(entries)))
             for node, entries in sorted(steps.items())

@@ -205,6 +205,13 @@ class Topology:
         return cls.from_edges(n, edges, **kw)
 
     @classmethod
+    def switch(cls, n: int, **kw: Any) -> Topology:
+        """``n`` NPUs, each with one link to and one from a single switch (node ``n``)."""
+        _require(n >= 2, f"switch:{n} needs at least 2 NPUs")
+        kw.setdefault("name", f"switch:{n}")
+        return cls.from_edges(n, ((i, n) for i in range(n)), num_switches=1, **kw)
+
+    @classmethod
     def hypercube(cls, dim: int, **kw: Any) -> Topology:
         """``2**dim`` NPUs, linked when their ids differ in exactly one bit."""
         _require(1 <= dim <= 20, f"hypercube:{dim} needs 1 <= dimension <= 20")
@@ -317,8 +324,10 @@ _GRID_KINDS = {
     "mesh": (None, False),
     "torus": (None, True),
 }
-SPEC_KINDS = ("ring:N", "fully-connected:N", "mesh2d:AxB", "torus2d:AxB", "mesh3d:AxBxC",
-              "torus3d:AxBxC", "mesh:AxBx..", "torus:AxBx..", "hypercube:D")  # fmt: skip
+SPEC_KINDS = (
+    "ring:N", "fully-connected:N", "switch:N", "mesh2d:AxB", "torus2d:AxB",
+    "mesh3d:AxBxC", "torus3d:AxBxC", "mesh:AxBx..", "torus:AxBx..", "hypercube:D",
+)  # fmt: skip
 
 
 def from_spec(
@@ -342,12 +351,14 @@ def from_spec(
     kind, args = match["kind"], match["args"]
     numbers = [int(x) for x in args.split("x") if x]
     kw: dict[str, Any] = {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
-    if kind in ("ring", "fully-connected", "hypercube"):
+    if kind in ("ring", "fully-connected", "hypercube", "switch"):
         _require(len(numbers) == 1, f"{spec!r}: {kind} takes one number, e.g. {kind}:8")
         if kind == "ring":
             return Topology.ring(numbers[0], **kw)
         if kind == "hypercube":
             return Topology.hypercube(numbers[0], **kw)
+        if kind == "switch":
+            return Topology.switch(numbers[0], **kw)
         return Topology.fully_connected(numbers[0], **kw)
     if kind in _GRID_KINDS:
         ndims, wrap = _GRID_KINDS[kind]

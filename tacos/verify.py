@@ -6,9 +6,10 @@ contribution it contains, a copy overwrites the receiver's slot with the
 sender's value at the start of the transfer, and a reduction adds it (a rank
 counted twice is an error). From that it checks:
 
-* the postcondition of the collective (All-Gather: every rank holds every
-  chunk; Reduce-Scatter: each owner holds the full reduction of its chunks;
-  All-Reduce: every rank holds every full reduction);
+* the postcondition of the collective, as
+  :meth:`tacos.collective.Collective.final_data` states it (All-Gather: every
+  rank holds every chunk; Reduce-Scatter: each owner holds the full reduction of
+  its chunks; All-Reduce: every rank holds every full reduction; and so on);
 * causality: nobody sends data it does not have yet, dependencies end before
   their dependants start;
 * the link model: a transfer uses an existing link between its endpoints,
@@ -28,7 +29,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tacos.collective import CollectiveKind
 from tacos.schedule import Op, Schedule
 
 _REL_TOL = 1e-9
@@ -134,39 +134,36 @@ def _check_dependencies(schedule: Schedule, report: VerificationReport) -> None:
 
 
 def _check_data(schedule: Schedule, report: VerificationReport) -> None:
-    """Replay buffer contents as contribution sets (bit sets over rank positions)."""
-    spec = schedule.collective
-    everyone = (1 << spec.num_ranks) - 1
-    value: dict[tuple[int, int], int] = {}
-    for chunk in range(spec.num_chunks):
-        if spec.kind.reduces:
-            for position, rank in enumerate(spec.ranks):
-                value[(rank, chunk)] = 1 << position
-        else:
-            owner_position = chunk // spec.chunks_per_rank
-            value[(spec.owner(chunk), chunk)] = 1 << owner_position
+    """Replay buffer contents as contribution sets (bit sets over rank positions).
 
+    NPUs keep one slot per chunk. Switches keep nothing: what a switch sends is
+    exactly what the one transfer it depends on brought in, and each arrival is
+    forwarded at most once (switches forward, they neither reduce nor replicate).
+    """
+    spec, topo = schedule.collective, schedule.topology
+    transfers = schedule.transfers
+    value: dict[tuple[int, int], int] = {
+        (node, chunk): contributions for node, chunk, contributions in spec.initial_data()
+    }
     # Arrivals at a time are applied before departures at that time.
     events = []
-    for i, t in enumerate(schedule.transfers):
+    for i, t in enumerate(transfers):
         slack = _REL_TOL * max(1.0, abs(t.end))
         events.append((t.end - slack, 0, i))
         events.append((t.start, 1, i))
     events.sort()
-    in_flight: dict[int, int] = {}
+    carried: dict[int, int] = {}
+    forwarded: set[int] = set()
     for _, is_departure, i in events:
-        t = schedule.transfers[i]
+        t = transfers[i]
         if is_departure:
-            sent = value.get((t.src, t.chunk))
-            if not sent:
-                report.fail(
-                    f"transfer {i}: node {t.src} sends chunk {t.chunk} at {t.start:.6g} us "
-                    "before it holds any of it"
-                )
-                sent = 0
-            in_flight[i] = sent
+            carried[i] = _departing_value(i, schedule, value, carried, forwarded, report)
             continue
-        sent = in_flight.pop(i, 0)
+        sent = carried.get(i, 0)
+        if topo.is_switch(t.dst):
+            if t.op is Op.REDUCE:
+                report.fail(f"transfer {i}: switch {t.dst} cannot reduce chunk {t.chunk}")
+            continue
         here = value.get((t.dst, t.chunk), 0)
         if t.op is Op.REDUCE:
             if here & sent:
@@ -179,23 +176,45 @@ def _check_data(schedule: Schedule, report: VerificationReport) -> None:
         else:
             value[(t.dst, t.chunk)] = sent
 
-    for chunk in range(spec.num_chunks):
-        if spec.kind is CollectiveKind.ALL_GATHER:
-            holders = spec.ranks
-            expected = 1 << (chunk // spec.chunks_per_rank)
-        elif spec.kind is CollectiveKind.REDUCE_SCATTER:
-            holders = (spec.owner(chunk),)
-            expected = everyone
-        else:
-            holders = spec.ranks
-            expected = everyone
-        for rank in holders:
-            got = value.get((rank, chunk), 0)
-            if got != expected:
-                missing = [
-                    spec.ranks[p] for p in range(spec.num_ranks) if (expected & ~got) >> p & 1
-                ]
-                report.fail(
-                    f"postcondition: rank {rank} ends without the complete chunk {chunk} "
-                    f"(missing contributions of rank(s) {missing[:5]})"
-                )
+    for node, chunk, expected in spec.final_data():
+        got = value.get((node, chunk), 0)
+        if got != expected:
+            missing = [spec.ranks[p] for p in range(spec.num_ranks) if (expected & ~got) >> p & 1]
+            extra = [spec.ranks[p] for p in range(spec.num_ranks) if (got & ~expected) >> p & 1]
+            what = f"missing contributions of rank(s) {missing[:5]}" if missing else ""
+            what += ("; " if what else "") + (f"extra contributions {extra[:5]}" if extra else "")
+            report.fail(f"postcondition: rank {node} ends without the right chunk {chunk} ({what})")
+
+
+def _departing_value(
+    index: int,
+    schedule: Schedule,
+    value: dict[tuple[int, int], int],
+    carried: dict[int, int],
+    forwarded: set[int],
+    report: VerificationReport,
+) -> int:
+    """What transfer ``index`` carries when it leaves its source."""
+    t = schedule.transfers[index]
+    if not schedule.topology.is_switch(t.src):
+        sent = value.get((t.src, t.chunk), 0)
+        if not sent:
+            report.fail(
+                f"transfer {index}: node {t.src} sends chunk {t.chunk} at {t.start:.6g} us "
+                "before it holds any of it"
+            )
+        return sent
+    if len(t.deps) != 1:
+        report.fail(
+            f"transfer {index}: switch {t.src} must forward exactly one incoming transfer, "
+            f"but it depends on {len(t.deps)}"
+        )
+        return 0
+    (source,) = t.deps
+    if source in forwarded:
+        report.fail(
+            f"transfer {index}: switch {t.src} forwards transfer {source} a second time; "
+            "switches do not replicate data"
+        )
+    forwarded.add(source)
+    return carried.get(source, 0)

@@ -13,29 +13,20 @@ Example:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
-from tacos.synthesizer.collectives import all_gather, all_reduce, reduce_scatter
+from tacos.synthesizer.collectives import Tenants, synthesize_transfers
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
+from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
 
 SYNTHESIZER_NAME = "tacos-greedy"
 ProgressCallback = Callable[[int, int], None]
-"""Called as ``progress(done, total)`` with counts of (rank, chunk) deliveries."""
-
-_BUILDERS = {
-    CollectiveKind.ALL_GATHER: all_gather,
-    CollectiveKind.REDUCE_SCATTER: reduce_scatter,
-    CollectiveKind.ALL_REDUCE: all_reduce,
-}
-_PHASES = {
-    CollectiveKind.ALL_GATHER: 1,
-    CollectiveKind.REDUCE_SCATTER: 1,
-    CollectiveKind.ALL_REDUCE: 2,
-}
+"""Called as ``progress(done, total)`` with counts of (node, chunk) deliveries."""
 
 
 def synthesize(
@@ -53,24 +44,45 @@ def synthesize(
     :class:`~tacos.errors.TacosError` when a rank is not an NPU of the
     topology or the ranks cannot all reach each other.
     """
+    return synthesize_tenants(topology, [collective], seed=seed, policy=policy, progress=progress)[
+        0
+    ]
+
+
+def synthesize_tenants(
+    topology: Topology,
+    collectives: Sequence[Collective],
+    *,
+    seed: int = 0,
+    policy: ChunkPolicy = "rarest",
+    progress: ProgressCallback | None = None,
+) -> list[Schedule]:
+    """Synthesize several collectives of one kind on disjoint ranks, sharing the links.
+
+    Returns one Schedule per collective; their times come from the joint
+    timeline, so each shows what its tenant gets while the others run too.
+    ``tacos.simulate_together`` replays them jointly.
+    """
     if policy not in CHUNK_POLICIES:
         raise TacosError(f"unknown chunk policy {policy!r}: use one of {', '.join(CHUNK_POLICIES)}")
-    for rank in collective.ranks:
-        if not 0 <= rank < topology.num_npus:
-            raise TacosError(
-                f"rank {rank} is not an NPU of {topology.describe()}; "
-                f"ranks must be in 0..{topology.num_npus - 1}"
-            )
-    if collective.kind.reduces and topology.num_switches:
-        raise TacosError(
-            f"{collective.kind} over switches is not supported yet: switches cannot reduce; "
-            "use a topology without switch nodes"
-        )
-    topology.check_connected(collective.ranks)
+    tenants = Tenants(tuple(collectives))
+    for spec in tenants.specs:
+        for rank in spec.ranks:
+            if not 0 <= rank < topology.num_npus:
+                raise TacosError(
+                    f"rank {rank} is not an NPU of {topology.describe()}; "
+                    f"ranks must be in 0..{topology.num_npus - 1}"
+                )
+        topology.check_connected(spec.ranks)
 
     on_delivery = None
     if progress is not None:
-        total = _PHASES[collective.kind] * (collective.num_ranks - 1) * collective.num_chunks
+        phases = 2 if tenants.kind is CollectiveKind.ALL_REDUCE else 1
+        mirror = tenants.as_kind(CollectiveKind.ALL_GATHER) if tenants.kind.reduces else tenants
+        if tenants.kind is CollectiveKind.REDUCE:
+            mirror = tenants.as_kind(CollectiveKind.BROADCAST)
+        sources = mirror.sources()
+        total = phases * sum(w.bit_count() for w in mirror.wants(topology.num_nodes, sources))
         done = 0
 
         def on_delivery(count: int) -> None:
@@ -79,9 +91,17 @@ def synthesize(
             progress(done, total)
 
     rng = random.Random(seed)
-    transfers = _BUILDERS[collective.kind](topology, collective, rng, policy, on_delivery)
+    transfers = synthesize_transfers(topology, tenants, rng, policy, on_delivery)
     meta = {"synthesizer": SYNTHESIZER_NAME, "seed": seed, "policy": policy}
-    return Schedule(topology, collective, transfers, meta)
+    if len(tenants.specs) == 1:
+        return [Schedule(topology, tenants.specs[0], transfers, meta)]
+    schedules = []
+    for group, (spec, offset) in enumerate(zip(tenants.specs, tenants.offsets, strict=True)):
+        mine = [i for i, t in enumerate(transfers) if tenants.group_of(t.chunk) == group]
+        local = [replace(t, chunk=t.chunk - offset) for t in renumber(transfers, mine)]
+        group_meta = {**meta, "tenant": group, "tenants": len(tenants.specs)}
+        schedules.append(Schedule(topology, spec, local, group_meta))
+    return schedules
 
 
-__all__ = ["CHUNK_POLICIES", "ChunkPolicy", "ProgressCallback", "synthesize"]
+__all__ = ["CHUNK_POLICIES", "ChunkPolicy", "ProgressCallback", "synthesize", "synthesize_tenants"]

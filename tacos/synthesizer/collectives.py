@@ -1,54 +1,141 @@
-"""Collectives built on the greedy All-Gather core.
+"""Collectives built on the greedy spreading core, for one or several tenants at once.
 
-* All-Gather: spread each rank's chunks to every other rank.
-* Reduce-Scatter: an All-Gather on the transposed topology, played backwards:
-  each All-Gather tree of chunk ``c`` becomes a reduction tree into the owner
-  of ``c``, and copies become reductions.
+* Spreading collectives (All-Gather, Broadcast, Gather, Scatter, All-to-All):
+  chunks start where :meth:`Collective.initial_data` puts them and are greedily
+  spread to the nodes :meth:`Collective.final_data` names.
+* Reducing collectives are spreading ones played backwards on the transposed
+  topology: Reduce-Scatter mirrors All-Gather, Reduce mirrors Broadcast. Each
+  spreading tree of a chunk becomes a reduction tree into its owner; transfers
+  into NPUs become reductions (switch hops stay plain forwards).
 * All-Reduce: Reduce-Scatter, then an All-Gather of the reduced chunks that
   starts each chunk as soon as its reduction completes and each link as soon as
   its Reduce-Scatter work is done (the two phases overlap).
+
+Several tenants (collectives of one kind on disjoint rank groups) are
+synthesized jointly on one link timeline: their chunks get disjoint global ids,
+so they compete for shared links exactly like chunks of one collective do.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from tacos.collective import Collective
+from tacos.collective import Collective, CollectiveKind
+from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
 from tacos.synthesizer.timing import prune, renumber, retime_asap
 from tacos.topology import Topology
 
+MIRRORS = {
+    CollectiveKind.REDUCE_SCATTER: CollectiveKind.ALL_GATHER,
+    CollectiveKind.REDUCE: CollectiveKind.BROADCAST,
+}
+"""Reducing collectives and the spreading collective they are the time-reverse of."""
 
-def all_gather(
+
+@dataclass(frozen=True)
+class Tenants:
+    """Collectives of one kind on disjoint ranks, with global chunk ids ``offset + chunk``."""
+
+    specs: tuple[Collective, ...]
+
+    def __post_init__(self) -> None:
+        kinds = {spec.kind for spec in self.specs}
+        if len(kinds) != 1:
+            raise TacosError(f"tenants must run the same collective, got {sorted(kinds)}")
+        seen: set[int] = set()
+        for spec in self.specs:
+            if seen & set(spec.ranks):
+                raise TacosError(
+                    f"tenant groups overlap on NPU(s) {sorted(seen & set(spec.ranks))}"
+                )
+            seen |= set(spec.ranks)
+        if len({spec.chunk_bytes for spec in self.specs}) != 1:
+            raise TacosError("tenants must use one chunk size")
+
+    @property
+    def kind(self) -> CollectiveKind:
+        return self.specs[0].kind
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.specs[0].chunk_bytes
+
+    @property
+    def offsets(self) -> list[int]:
+        offsets, total = [], 0
+        for spec in self.specs:
+            offsets.append(total)
+            total += spec.num_chunks
+        return offsets
+
+    def as_kind(self, kind: CollectiveKind) -> Tenants:
+        return Tenants(tuple(replace(spec, kind=kind) for spec in self.specs))
+
+    def group_of(self, chunk: int) -> int:
+        return bisect.bisect_right(self.offsets, chunk) - 1
+
+    def owner(self, chunk: int) -> int:
+        group = self.group_of(chunk)
+        return self.specs[group].owner(chunk - self.offsets[group])
+
+    def sources(self) -> list[ChunkSource]:
+        return [
+            ChunkSource(node, offset + chunk)
+            for spec, offset in zip(self.specs, self.offsets, strict=True)
+            for node, chunk, _ in spec.initial_data()
+        ]
+
+    def wants(self, num_nodes: int, already: Sequence[ChunkSource]) -> list[int]:
+        """Per node, the chunks it must end with and does not start with."""
+        held: defaultdict[int, int] = defaultdict(int)
+        for source in already:
+            held[source.node] |= 1 << source.chunk
+        wants = [0] * num_nodes
+        for spec, offset in zip(self.specs, self.offsets, strict=True):
+            for node, chunk, _ in spec.final_data():
+                wants[node] |= 1 << (offset + chunk)
+        return [w & ~held[node] for node, w in enumerate(wants)]
+
+
+def synthesize_transfers(
     topology: Topology,
-    spec: Collective,
+    tenants: Tenants,
     rng: random.Random,
-    policy: ChunkPolicy = "rarest",
+    policy: ChunkPolicy,
     on_delivery: DeliveryCallback | None = None,
 ) -> list[Transfer]:
-    """Every rank ends with every chunk; chunk ``c`` starts at ``spec.owner(c)``."""
-    sources = [ChunkSource(spec.owner(c), c) for c in range(spec.num_chunks)]
-    return _spread_and_tighten(topology, spec, sources, rng, policy, on_delivery=on_delivery)
+    """All tenants' transfers on one timeline, in start order, chunk ids global."""
+    kind = tenants.kind
+    if kind is CollectiveKind.ALL_REDUCE:
+        return _all_reduce(topology, tenants, rng, policy, on_delivery)
+    if kind in MIRRORS:
+        return _reduce_by_mirroring(topology, tenants, rng, policy, on_delivery)
+    return _spread(topology, tenants, tenants.sources(), rng, policy, on_delivery=on_delivery)
 
 
-def reduce_scatter(
+def _reduce_by_mirroring(
     topology: Topology,
-    spec: Collective,
+    tenants: Tenants,
     rng: random.Random,
-    policy: ChunkPolicy = "rarest",
-    on_delivery: DeliveryCallback | None = None,
+    policy: ChunkPolicy,
+    on_delivery: DeliveryCallback | None,
 ) -> list[Transfer]:
-    """The owner of every chunk ends with the reduction of all ranks' contributions."""
-    gather = all_gather(topology.transposed(), spec, rng, policy, on_delivery)
-    finish = max(t.end for t in gather)
-    # In the gather, the sends of chunk c out of node v follow v's receipt of c.
-    # Played backwards, they become the reductions into v that must precede v's send.
-    sends_from: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for index, t in enumerate(gather):
-        sends_from[(t.src, t.chunk)].append(index)
+    """The mirrored spreading collective on the transposed topology, played backwards."""
+    mirror = tenants.as_kind(MIRRORS[tenants.kind])
+    spread = _spread(topology.transposed(), mirror, mirror.sources(), rng, policy, on_delivery)
+    finish = max(t.end for t in spread)
+    # Played backwards, transfer X waits for the reversals of the transfers that
+    # forwarded what X delivered: they bring the contributions X then passes on.
+    forwarded_by: dict[int, list[int]] = defaultdict(list)
+    for index, t in enumerate(spread):
+        for dep in t.deps:
+            forwarded_by[dep].append(index)
     backwards = [
         Transfer(
             chunk=t.chunk,
@@ -57,83 +144,81 @@ def reduce_scatter(
             link=t.link,
             start=finish - t.end,
             end=finish - t.start,
-            op=Op.REDUCE,
-            deps=tuple(sends_from[(t.dst, t.chunk)]),
+            op=Op.COPY if topology.is_switch(t.src) else Op.REDUCE,
+            deps=tuple(forwarded_by[index]),
         )
-        for t in gather
+        for index, t in enumerate(spread)
     ]
     order = sorted(range(len(backwards)), key=lambda i: (backwards[i].start, backwards[i].link))
-    return retime_asap(renumber(backwards, order), topology.link_times_us(spec.chunk_bytes))
+    return retime_asap(renumber(backwards, order), topology, tenants.chunk_bytes)
 
 
-def all_reduce(
+def _all_reduce(
     topology: Topology,
-    spec: Collective,
+    tenants: Tenants,
     rng: random.Random,
-    policy: ChunkPolicy = "rarest",
-    on_delivery: DeliveryCallback | None = None,
+    policy: ChunkPolicy,
+    on_delivery: DeliveryCallback | None,
 ) -> list[Transfer]:
     """Reduce-Scatter, then All-Gather of each reduced chunk from its owner."""
-    reduction = reduce_scatter(topology, spec, rng, policy, on_delivery)
+    scatter = tenants.as_kind(CollectiveKind.REDUCE_SCATTER)
+    reduction = _reduce_by_mirroring(topology, scatter, rng, policy, on_delivery)
     reduced_by: dict[int, list[int]] = defaultdict(list)
     link_free_at = [0.0] * len(topology.links)
     for index, t in enumerate(reduction):
-        if t.dst == spec.owner(t.chunk):
+        if t.dst == tenants.owner(t.chunk):
             reduced_by[t.chunk].append(index)
         link_free_at[t.link] = max(link_free_at[t.link], t.end)
     sources = [
         ChunkSource(
-            spec.owner(c),
+            tenants.owner(c),
             c,
             time=max(reduction[i].end for i in reduced_by[c]),
             deps=tuple(reduced_by[c]),
         )
-        for c in range(spec.num_chunks)
+        for c in sorted(reduced_by)
     ]
-    return _spread_and_tighten(
+    gather = tenants.as_kind(CollectiveKind.ALL_GATHER)
+    return _spread(
         topology,
-        spec,
+        gather,
         sources,
         rng,
         policy,
+        on_delivery,
         link_free_at=link_free_at,
         earlier=reduction,
-        on_delivery=on_delivery,
     )
 
 
-def _spread_and_tighten(
+def _spread(
     topology: Topology,
-    spec: Collective,
+    tenants: Tenants,
     sources: Sequence[ChunkSource],
     rng: random.Random,
     policy: ChunkPolicy,
+    on_delivery: DeliveryCallback | None = None,
     *,
     link_free_at: Sequence[float] | None = None,
     earlier: Sequence[Transfer] = (),
-    on_delivery: DeliveryCallback | None = None,
 ) -> list[Transfer]:
-    """Greedy-spread ``sources`` to every rank after ``earlier``; prune; re-time."""
-    everything = (1 << spec.num_chunks) - 1
-    own = {s.node: 0 for s in sources}
-    for s in sources:
-        own[s.node] |= 1 << s.chunk
-    wants = [0] * topology.num_nodes
-    for rank in spec.ranks:
-        wants[rank] = everything & ~own.get(rank, 0)
+    """Greedy-spread ``sources`` to the tenants' goals after ``earlier``; prune; re-time."""
+    wants = tenants.wants(topology.num_nodes, sources)
     spread = greedy_spread(
         topology,
         sources,
         wants,
-        spec.chunk_bytes,
+        tenants.chunk_bytes,
         rng,
         policy=policy,
         link_free_at=link_free_at,
         index_offset=len(earlier),
         on_delivery=on_delivery,
     )
-    kept = prune(
-        [*earlier, *spread],
-        lambda t: t.op is Op.REDUCE or bool(wants[t.dst] >> t.chunk & 1),
+    combined = [*earlier, *spread]
+    in_order = renumber(
+        combined,
+        sorted(range(len(combined)), key=lambda i: (combined[i].start, combined[i].link, i)),
     )
-    return retime_asap(kept, topology.link_times_us(spec.chunk_bytes))
+    kept = prune(in_order, lambda t: t.op is Op.REDUCE or bool(wants[t.dst] >> t.chunk & 1))
+    return retime_asap(kept, topology, tenants.chunk_bytes)

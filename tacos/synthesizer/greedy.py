@@ -1,44 +1,59 @@
 """TACOS greedy link-chunk matching on the time-expanded network (TEN).
 
-This is the All-Gather core every other collective is built from. Time moves
-from event to event (a transfer ends, a chunk becomes available). At each
-event, every idle link ``u -> v`` that could do something is matched with one
-chunk that ``u`` holds and ``v`` neither holds nor is already receiving; the
-link is then busy for ``latency + chunk_bytes / bandwidth``. Because every link
-frees at its own time, heterogeneous links need no common time step.
+This is the core every collective is built from: spread chunks from where
+they are to the nodes that want them. Time moves from event to event (a
+transfer arrives, a link frees, a chunk becomes available). At each event,
+every idle link ``u -> v`` that could do something is matched with one chunk
+that ``u`` holds and ``v`` neither holds nor is already receiving; the link is
+then busy for ``latency + chunk_bytes / bandwidth``. Because every link frees
+at its own time, heterogeneous links need no common time step.
+
+Links are used through :mod:`routes <tacos.synthesizer.routes>`: a direct
+NPU-to-NPU link, or a path through switches that ends at an NPU (switches
+forward each chunk once and keep nothing). A switch hop waits in the switch
+until its outgoing link is free, so a route's later hops are booked on their
+links in order.
+
+A node that does not want a chunk may still relay it, but only towards a node
+that does: it must be strictly closer (in per-chunk link time) than the sender
+to some node still waiting for that chunk. This keeps Gather, Scatter,
+All-to-All and collectives over a subset of NPUs from flooding the network.
 
 Which of several eligible chunks a link sends is the policy:
 
-* ``"random"`` — the plain TACOS rule: uniformly at random.
-* ``"rarest"`` (default) — the chunk fewest of ``v``'s in-neighbours hold (so
+* ``"random"`` -- the plain TACOS rule: uniformly at random.
+* ``"rarest"`` (default) -- the chunk fewest of ``v``'s in-neighbours hold (so
   the other links into ``v`` keep something to send), then the chunk with the
   fewest copies in the network; remaining ties at random. Measured on rings,
   meshes, tori and hypercubes it is never worse on average and often reaches
   the lower bound where random does not (``benchmarks/quality.py``).
 
 The order in which idle links are matched is a seeded shuffle, so the same
-seed gives the same schedule.
-
-Node state is one Python integer per node used as a bit set over chunks, which
-keeps the reference implementation short and exact; it is the oracle that any
-faster implementation is tested against.
+seed gives the same schedule. Node state is one Python integer per node used
+as a bit set over chunks, which keeps this reference implementation short and
+exact; it is the oracle that faster implementations are tested against.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
+from tacos.synthesizer.routes import Route, routes_from
 from tacos.topology import Topology
 
 DeliveryCallback = Callable[[int], None]
 ChunkPolicy = Literal["rarest", "random"]
 CHUNK_POLICIES: tuple[ChunkPolicy, ...] = ("rarest", "random")
+
+_AVAILABLE, _ARRIVED, _LINK_FREE = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +81,7 @@ def greedy_spread(
     """Spread chunks until every node holds the chunks it wants.
 
     Args:
-        topology: links to use; any node may relay a chunk.
+        topology: links to use; NPUs may relay chunks, switches only forward.
         sources: where each chunk is at first, and since when.
         wants: per node, a bit set of the chunks it must end with.
         chunk_bytes: size of every chunk.
@@ -78,114 +93,238 @@ def greedy_spread(
         on_delivery: called with how many wanted chunks arrived at each event.
 
     Returns:
-        Transfers in start-time order (a relay may have received chunks that
-        nobody ends up needing; see :func:`tacos.synthesizer.timing.prune`).
+        Transfers in the order they were decided (dependencies first; sort by
+        start time for link order). Relays may have received chunks nobody
+        ended up needing; see :func:`tacos.synthesizer.timing.prune`.
     """
-    n = topology.num_nodes
-    links = topology.links
-    durations = topology.link_times_us(chunk_bytes)
-    out_links = topology.out_links
-
-    holds = [0] * n
-    in_neighbours = [[links[i].src for i in topology.in_links[node]] for node in range(n)]
-    incoming = [0] * n
-    source_deps: dict[tuple[int, int], tuple[int, ...]] = {}
-    arrived_by: dict[tuple[int, int], int] = {}
-    busy = [False] * len(links)
-    remaining = sum(w.bit_count() for w in wants)
-
-    # Events: (time, order, kind, a, b). Kinds: 0 = chunk a available at node b,
-    # 1 = transfer a on link b ends, 2 = link b becomes usable.
-    events: list[tuple[float, int, int, int, int]] = []
-    order = 0
-    sources = list(sources)
-    copies = [0] * (1 + max([s.chunk for s in sources] + [w.bit_length() for w in wants]))
-    for source in sources:
-        copies[source.chunk] += 1
-        source_deps[(source.node, source.chunk)] = source.deps
-        events.append((source.time, order, 0, source.chunk, source.node))
-        order += 1
+    state = _SpreadState(topology, list(sources), wants, chunk_bytes, rng, policy, index_offset)
     for link_id, free_at in enumerate(link_free_at or ()):
         if free_at > 0:
-            busy[link_id] = True
-            events.append((free_at, order, 2, -1, link_id))
-            order += 1
-    heapq.heapify(events)
+            state.free_at[link_id] = free_at
+            state.push(free_at, _LINK_FREE, -1, link_id)
 
-    transfers: list[Transfer] = []
-    while events and remaining > 0:
-        now = events[0][0]
-        touched_nodes: set[int] = set()
-        freed_links: list[int] = []
-        delivered = 0
-        while events and events[0][0] == now:
-            _, _, kind, a, b = heapq.heappop(events)
-            if kind == 0:
-                node, bit = b, 1 << a
-            elif kind == 1:
-                transfer = transfers[a]
-                node, bit = transfer.dst, 1 << transfer.chunk
-                incoming[node] &= ~bit
-                arrived_by[(node, transfer.chunk)] = a + index_offset
-                busy[b] = False
-                freed_links.append(b)
-            else:
-                busy[b] = False
-                freed_links.append(b)
-                continue
-            if not holds[node] & bit:
-                holds[node] |= bit
-                touched_nodes.add(node)
-                if wants[node] & bit:
-                    delivered += 1
-        remaining -= delivered
+    while state.events and state.remaining > 0:
+        now = state.events[0][0]
+        freed, touched, delivered = state.apply_events(now)
+        state.remaining -= delivered
         if on_delivery and delivered:
             on_delivery(delivered)
-        if remaining == 0:
+        if state.remaining == 0:
             break
-
-        # Only links that just freed, or whose source just gained a chunk, can
-        # have a new match: eligibility of an idle link only grows with holds[src].
-        candidates = set(freed_links)
-        for node in touched_nodes:
-            candidates.update(lk for lk in out_links[node] if not busy[lk])
-        ordered = sorted(candidates)
+        # Only links that just freed, or whose source just gained a chunk, can have a
+        # new match: eligibility of an idle link only grows with what its source holds.
+        candidates = set(freed)
+        for node in touched:
+            candidates.update(state.routes_by_first_link_of[node])
+        ordered = [lk for lk in sorted(candidates) if state.free_at[lk] <= now]
         rng.shuffle(ordered)
         for link_id in ordered:
-            link = links[link_id]
-            u, v = link.src, link.dst
-            eligible = holds[u] & ~holds[v] & ~incoming[v]
-            if not eligible:
-                continue
-            wanted = eligible & wants[v]
-            if policy == "random":
-                chunk = _random_member(wanted or eligible, rng)
-            else:
-                chunk = _rarest_member(wanted or eligible, in_neighbours[v], holds, copies, rng)
-            copies[chunk] += 1
-            bit = 1 << chunk
-            incoming[v] |= bit
-            busy[link_id] = True
-            deps = source_deps.get((u, chunk))
-            if deps is None:
-                deps = (arrived_by[(u, chunk)],)
-            end = now + durations[link_id]
-            heapq.heappush(events, (end, order, 1, len(transfers), link_id))
-            order += 1
-            transfers.append(Transfer(chunk, u, v, link_id, now, end, Op.COPY, deps))
+            state.match_link(link_id, now)
 
-    if remaining > 0:
-        missing = next(
-            (node, chunk)
-            for node in range(n)
-            for chunk in range(wants[node].bit_length())
-            if wants[node] >> chunk & 1 and not holds[node] >> chunk & 1
-        )
+    if state.remaining > 0:
+        node, chunk = state.first_missing()
         raise TacosError(
-            f"topology {topology.name!r}: chunk {missing[1]} can never reach node {missing[0]}; "
+            f"topology {topology.name!r}: chunk {chunk} can never reach node {node}; "
             "check that the topology is strongly connected"
         )
-    return transfers
+    return state.transfers
+
+
+class _SpreadState:
+    """Everything the event loop of :func:`greedy_spread` reads and updates."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        sources: list[ChunkSource],
+        wants: Sequence[int],
+        chunk_bytes: int,
+        rng: random.Random,
+        policy: ChunkPolicy,
+        index_offset: int,
+    ) -> None:
+        self.topology = topology
+        self.wants = wants
+        self.rng = rng
+        self.policy = policy
+        self.index_offset = index_offset
+        self.durations = topology.link_times_us(chunk_bytes)
+        n = topology.num_nodes
+        self.holds = [0] * n
+        self.incoming = [0] * n
+        self.free_at = [0.0] * len(topology.links)
+        self.remaining = sum(w.bit_count() for w in wants)
+        self.transfers: list[Transfer] = []
+        self.source_deps: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.arrived_by: dict[tuple[int, int], int] = {}
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self._order = 0
+
+        self.routes_by_link: dict[int, list[Route]] = defaultdict(list)
+        in_neighbours: list[set[int]] = [set() for _ in range(n)]
+        for node_routes in routes_from(topology, chunk_bytes):
+            for route in node_routes:
+                self.routes_by_link[route.links[0]].append(route)
+                in_neighbours[route.dst].add(route.src)
+        self.routes_by_first_link_of: list[list[int]] = [[] for _ in range(n)]
+        for link_id in sorted(self.routes_by_link):
+            self.routes_by_first_link_of[topology.links[link_id].src].append(link_id)
+        self.in_neighbours = [sorted(s) for s in in_neighbours]
+
+        num_chunks = 1 + max([s.chunk for s in sources] + [w.bit_length() for w in wants])
+        self.copies = [0] * num_chunks
+        self.targets: list[list[int]] = [[] for _ in range(num_chunks)]
+        for node, want in enumerate(wants):
+            for chunk in _members(want):
+                self.targets[chunk].append(node)
+        self._distance_to: dict[int, dict[int, float]] = {}
+        for source in sources:
+            self.copies[source.chunk] += 1
+            self.source_deps[(source.node, source.chunk)] = source.deps
+            self.push(source.time, _AVAILABLE, source.chunk, source.node)
+
+    def push(self, time: float, kind: int, a: int, b: int) -> None:
+        heapq.heappush(self.events, (time, self._order, kind, a, b))
+        self._order += 1
+
+    def apply_events(self, now: float) -> tuple[list[int], set[int], int]:
+        """Pop every event at ``now``; return freed links, nodes that gained, deliveries."""
+        freed: list[int] = []
+        touched: set[int] = set()
+        delivered = 0
+        while self.events and self.events[0][0] == now:
+            _, _, kind, a, b = heapq.heappop(self.events)
+            if kind == _LINK_FREE:
+                freed.append(b)
+                continue
+            if kind == _AVAILABLE:
+                node, chunk = b, a
+            else:
+                transfer = self.transfers[a]
+                node, chunk = transfer.dst, transfer.chunk
+                self.incoming[node] &= ~(1 << chunk)
+                self.arrived_by[(node, chunk)] = a + self.index_offset
+            bit = 1 << chunk
+            if not self.holds[node] & bit:
+                self.holds[node] |= bit
+                touched.add(node)
+                if self.wants[node] & bit:
+                    delivered += 1
+        return freed, touched, delivered
+
+    def match_link(self, link_id: int, now: float) -> None:
+        """Give the free link ``link_id`` one chunk over one of the routes starting on it."""
+        routes = self.routes_by_link[link_id]
+        if len(routes) > 1:  # a switch uplink: try the destinations reached soonest first
+            keyed = [(self._hop_times(r, now)[-1][1], self.rng.random(), r) for r in routes]
+            routes = [r for *_, r in sorted(keyed, key=lambda k: (k[0], k[1]))]
+        for route in routes:
+            chunk = self._pick_chunk(route.src, route.dst)
+            if chunk is not None:
+                self._send(route, chunk, now)
+                return
+
+    def _pick_chunk(self, u: int, v: int) -> int | None:
+        eligible = self.holds[u] & ~self.holds[v] & ~self.incoming[v]
+        if not eligible:
+            return None
+        candidates = eligible & self.wants[v]
+        if not candidates:
+            candidates = sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
+            if not candidates:
+                return None
+        if self.policy == "random":
+            return _random_member(candidates, self.rng)
+        return self._rarest(candidates, v)
+
+    def _brings_closer(self, u: int, v: int, chunk: int) -> bool:
+        """Whether ``v`` is nearer than ``u`` to a node still waiting for ``chunk``."""
+        bit = 1 << chunk
+        for target in self.targets[chunk]:
+            if (self.holds[target] | self.incoming[target]) & bit:
+                continue
+            distance = self._distances_to(target)
+            if distance.get(v, math.inf) < distance.get(u, math.inf):
+                return True
+        return False
+
+    def _distances_to(self, target: int) -> dict[int, float]:
+        """Per-chunk time from every NPU to ``target`` over routes (cached)."""
+        if target not in self._distance_to:
+            into: dict[int, list[tuple[int, float]]] = defaultdict(list)
+            for routes in self.routes_by_link.values():
+                for r in routes:
+                    into[r.dst].append((r.src, sum(self.durations[i] for i in r.links)))
+            dist = {target: 0.0}
+            heap = [(0.0, target)]
+            while heap:
+                d, node = heapq.heappop(heap)
+                if d > dist[node]:
+                    continue
+                for prev, cost in into[node]:
+                    if d + cost < dist.get(prev, math.inf):
+                        dist[prev] = d + cost
+                        heapq.heappush(heap, (d + cost, prev))
+            self._distance_to[target] = dist
+        return self._distance_to[target]
+
+    def _rarest(self, bits: int, v: int) -> int:
+        """The chunk held by fewest in-neighbours of ``v``, then with fewest copies."""
+        best: list[int] = []
+        best_score = (math.inf, math.inf)
+        neighbours = self.in_neighbours[v]
+        for chunk in _members(bits):
+            score = (sum(self.holds[u] >> chunk & 1 for u in neighbours), self.copies[chunk])
+            if score < best_score:
+                best, best_score = [chunk], score
+            elif score == best_score:
+                best.append(chunk)
+        return best[self.rng.randrange(len(best))] if len(best) > 1 else best[0]
+
+    def _hop_times(self, route: Route, now: float) -> list[tuple[float, float]]:
+        """Start and end of each hop if the route's first link starts at ``now``."""
+        times = []
+        ready = now
+        for link_id in route.links:
+            start = max(ready, self.free_at[link_id])
+            ready = start + self.durations[link_id]
+            times.append((start, ready))
+        return times
+
+    def _send(self, route: Route, chunk: int, now: float) -> None:
+        u, v = route.src, route.dst
+        deps = self.source_deps.get((u, chunk))
+        if deps is None:
+            deps = (self.arrived_by[(u, chunk)],)
+        nodes = [u, *(self.topology.links[i].dst for i in route.links)]
+        for hop, (link_id, (start, end)) in enumerate(
+            zip(route.links, self._hop_times(route, now), strict=True)
+        ):
+            self.free_at[link_id] = end
+            if hop == 0:
+                self.push(end, _LINK_FREE, -1, link_id)
+            transfer = Transfer(
+                chunk, nodes[hop], nodes[hop + 1], link_id, start, end, Op.COPY, deps
+            )
+            deps = (len(self.transfers) + self.index_offset,)
+            self.transfers.append(transfer)
+        self.push(self.transfers[-1].end, _ARRIVED, len(self.transfers) - 1, v)
+        self.incoming[v] |= 1 << chunk
+        self.copies[chunk] += 1
+
+    def first_missing(self) -> tuple[int, int]:
+        for node, want in enumerate(self.wants):
+            for chunk in _members(want & ~self.holds[node]):
+                return node, chunk
+        raise AssertionError("nothing is missing")
+
+
+def _members(bits: int) -> Iterable[int]:
+    """Indices of the set bits of ``bits``, lowest first."""
+    while bits:
+        low = bits & -bits
+        yield low.bit_length() - 1
+        bits ^= low
 
 
 def _random_member(bits: int, rng: random.Random) -> int:
@@ -193,25 +332,3 @@ def _random_member(bits: int, rng: random.Random) -> int:
     for _ in range(rng.randrange(bits.bit_count())):
         bits &= bits - 1
     return (bits & -bits).bit_length() - 1
-
-
-def _rarest_member(
-    bits: int,
-    neighbours: Sequence[int],
-    holds: Sequence[int],
-    copies: Sequence[int],
-    rng: random.Random,
-) -> int:
-    """The set bit of ``bits`` held by fewest ``neighbours``, then with fewest copies."""
-    best: list[int] = []
-    best_score = (len(neighbours) + 1, 0)
-    while bits:
-        low = bits & -bits
-        bits ^= low
-        chunk = low.bit_length() - 1
-        score = (sum(holds[u] >> chunk & 1 for u in neighbours), copies[chunk])
-        if score < best_score:
-            best, best_score = [chunk], score
-        elif score == best_score:
-            best.append(chunk)
-    return best[rng.randrange(len(best))] if len(best) > 1 else best[0]

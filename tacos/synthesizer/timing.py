@@ -9,10 +9,12 @@ synthesized and simulated collective times agree to the last bit.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tacos.schedule import Transfer
+from tacos.topology import Topology
 
 
 def prune(transfers: Sequence[Transfer], is_goal: Callable[[Transfer], bool]) -> list[Transfer]:
@@ -31,23 +33,62 @@ def prune(transfers: Sequence[Transfer], is_goal: Callable[[Transfer], bool]) ->
     return renumber(transfers, kept)
 
 
-def retime_asap(transfers: Sequence[Transfer], durations: Sequence[float]) -> list[Transfer]:
+def retime_asap(
+    transfers: Sequence[Transfer], topology: Topology, chunk_bytes: int
+) -> list[Transfer]:
     """Start every transfer as early as its link and its dependencies allow.
 
-    ``transfers`` must be in an order that lists dependencies first and each
-    link's transfers in link order (start-time order does both). The result is
-    sorted by the new start times (ties by link, then chunk).
+    An NPU's link keeps the order ``transfers`` lists (NPUs run programs); a
+    switch's link serves transfers in the order they became ready (switches
+    are FIFO queues), ties in list order. ``transfers`` must list dependencies
+    first and each NPU link's transfers in order (start-time order does both).
+    The result is sorted by the new start times (ties by link, then chunk).
     """
+    durations = topology.link_times_us(chunk_bytes)
+    count = len(transfers)
+    waiting = [len(t.deps) for t in transfers]
+    dependants: list[list[int]] = [[] for _ in range(count)]
+    for i, t in enumerate(transfers):
+        for d in t.deps:
+            dependants[d].append(i)
+    previous_on_link: dict[int, int] = {}
+    follows: list[int | None] = [None] * count  # the NPU-link predecessor of each transfer
+    for i, t in enumerate(transfers):
+        if not topology.is_switch(t.src):
+            follows[i] = previous_on_link.get(t.link)
+            previous_on_link[t.link] = i
+    next_on_link = {p: i for i, p in enumerate(follows) if p is not None}
+
+    starts = [0.0] * count
+    ends = [0.0] * count
+    done = [False] * count
     link_end: dict[int, float] = {}
-    ends: list[float] = []
-    retimed = []
-    for t in transfers:
-        start = max([link_end.get(t.link, 0.0), *(ends[d] for d in t.deps)])
-        end = start + durations[t.link]
-        link_end[t.link] = end
-        ends.append(end)
-        retimed.append(replace(t, start=start, end=end))
-    order = sorted(range(len(retimed)), key=lambda i: (retimed[i].start, retimed[i].link, i))
+    ready_heap: list[tuple[float, int]] = []
+
+    def release_if_ready(i: int) -> None:
+        predecessor = follows[i]
+        if waiting[i] == 0 and (predecessor is None or done[predecessor]):
+            ready = max((ends[d] for d in transfers[i].deps), default=0.0)
+            heapq.heappush(ready_heap, (ready, i))
+
+    for i in range(count):
+        release_if_ready(i)
+    while ready_heap:
+        ready, i = heapq.heappop(ready_heap)
+        t = transfers[i]
+        starts[i] = max(ready, link_end.get(t.link, 0.0))
+        ends[i] = starts[i] + durations[t.link]
+        link_end[t.link] = ends[i]
+        done[i] = True
+        for j in dependants[i]:
+            waiting[j] -= 1
+            if next_on_link.get(i) != j:
+                release_if_ready(j)
+        successor = next_on_link.get(i)
+        if successor is not None:
+            release_if_ready(successor)
+    retimed = [replace(t, start=starts[i], end=ends[i]) for i, t in enumerate(transfers)]
+    order = sorted(range(count), key=lambda i: (retimed[i].start, retimed[i].link, i))
     return renumber(retimed, order)
 
 
