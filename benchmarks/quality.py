@@ -33,7 +33,7 @@ def heterogeneous_mesh(x: int, y: int, fast: float = 200.0, slow: float = 50.0) 
 def suite() -> list[Topology]:
     specs = ["ring:8", "ring:16", "ring:32", "mesh2d:4x4", "mesh2d:8x8", "torus2d:4x4",
              "torus2d:8x8", "mesh3d:4x4x4", "torus3d:4x4x4", "hypercube:4", "hypercube:6",
-             "fully-connected:8"]  # fmt: skip
+             "fully-connected:8", "switch:8", "switch:16"]  # fmt: skip
     return [from_spec(s) for s in specs] + [heterogeneous_mesh(4, 4), heterogeneous_mesh(8, 4)]
 
 
@@ -54,7 +54,15 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, nargs="+", default=[1, 4], help="chunks per NPU")
     parser.add_argument("--seeds", type=int, default=3, help="seeds averaged per point")
     parser.add_argument("--chunk-size", default="1MiB")
+    parser.add_argument(
+        "--collectives",
+        nargs="+",
+        default=["all-gather", "reduce-scatter", "all-reduce"],
+        help="collective kinds (all eight: all-gather reduce-scatter all-reduce broadcast "
+        "reduce gather scatter all-to-all)",
+    )
     args = parser.parse_args()
+    kinds = [CollectiveKind.parse(k) for k in args.collectives]
     nbytes = tacos.parse_size(args.chunk_size)
 
     header = (f"{'topology':34} {'NPUs':>5} {'coll':>4} {'C':>2} {'time_us':>10} {'bound_us':>10}"
@@ -62,9 +70,10 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     ratios, versus_plain = [], []
-    short = {"all-gather": "AG", "reduce-scatter": "RS", "all-reduce": "AR"}
+    short = {"all-gather": "AG", "reduce-scatter": "RS", "all-reduce": "AR", "broadcast": "BC",
+             "reduce": "RD", "gather": "GA", "scatter": "SC", "all-to-all": "A2A"}  # fmt: skip
     for topo in suite():
-        for kind in CollectiveKind:
+        for kind in kinds:
             for chunks in args.chunks:
                 spec = Collective(kind, tuple(topo.npus), chunks, nbytes)
                 bound = tacos.lower_bounds(topo, spec).best_us

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tacos.errors import TacosError
-from tacos.exporters import chakra, ir_json
+from tacos.exporters import chakra, ir_json, msccl
 from tacos.exporters.base import ExportOptions, ExportResult
 from tacos.schedule import Schedule
 
@@ -20,6 +20,7 @@ Exporter = Callable[[Schedule, Path, ExportOptions], ExportResult]
 EXPORTERS: dict[str, Exporter] = {
     ir_json.FORMAT_NAME: ir_json.export,
     chakra.FORMAT_NAME: chakra.export,
+    msccl.FORMAT_NAME: msccl.export,
 }
 
 

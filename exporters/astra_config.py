@@ -144,6 +144,10 @@ class BundlePlan:
             "network": self.network.kind if self.network else None,
             "predicted_time_ns": self.predicted_ns,
             "schedule_time_us": self.schedule.collective_time_us,
+            "original_npu_ids": [
+                self.schedule.topology.label(n) for n in self.schedule.topology.npus
+            ],
+            "tenants": self.schedule.meta.get("tenants"),
         }
 
     def text_files(self) -> dict[str, str]:

@@ -1,22 +1,65 @@
-"""Read a set of per-rank Chakra ETs (``PREFIX.<rank>.et``) and pair its messages.
+"""Read a set of per-rank Chakra ETs (``PREFIX.<rank>.et``) as a Schedule.
 
 ASTRA-sim pairs a COMM_SEND_NODE on rank ``s`` with a COMM_RECV_NODE on rank
 ``d`` when their (tag, src, dst, size) agree, in issue order; an unpaired node
 makes the simulation hang silently. :func:`match_messages` performs the same
 pairing offline and names the first node that would hang.
+
+:func:`import_schedule` turns the paired messages into a Schedule the verifier
+can check. Traces carry no data, so what each message moves is recovered:
+
+* from the ``tacos_chunk`` attribute of every send and receive, when present
+  (our own exports write it);
+* otherwise by data lineage. A send with no receive or reduction among its
+  ``data_deps`` sends its rank's own contribution to a fresh chunk. A COMP node
+  that depends on a receive reduces that message into the receiver's copy of the
+  same chunk. A send that depends on receives or reductions forwards their data,
+  so it moves the same chunk. A COMP node whose ``data_deps`` equal a send's on
+  the same rank only orders that send (our exporter writes such markers for
+  sends through switches) and carries no data.
+
+Limits of lineage: a fresh send always starts a new chunk. A rank that sends
+its own chunk fresh over several links (TACOS schedules do) seems to send
+several chunks, and contributions to one chunk sent fresh by several ranks join
+only where they meet in one reduction or one send. Such traces import but need
+not verify; ours carry ``tacos_chunk``. Inferred chunks are numbered by where
+they start (All-Gather, All-Reduce, Gather), where they end (Reduce-Scatter,
+Scatter) or both (All-to-All), in the order their first sends appear, which is
+the collective's own numbering up to a permutation within each rank's chunks.
+
+Timing comes from our link model, not from ASTRA-sim: the traces are replayed
+with every ``data_deps`` edge honoured (ASTRA-sim ignores ``ctrl_deps``), each
+message crossing the topology's direct link between its ranks (or its route
+through switches) when the link is free, in the order messages become ready. A
+send completes when its message arrives; COMP nodes take no time (the Schedule
+has no compute), so a trace with long reductions finishes later in ASTRA-sim.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 import re
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tacos.chakra_io import GlobalMetadata, Node, NodeType, get_attr, read_et
+from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.exporters.chakra import CHUNK_ATTRIBUTE
+from tacos.schedule import Op, Schedule, Transfer
+from tacos.synthesizer.routes import Route, routes_from
+from tacos.topology import Topology
 
+FORMAT_NAME = "chakra"
 _RANK_FILE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et$")
+
+NodeKey = tuple[int, int]
+"""(rank, node id)."""
 
 
 @dataclass(frozen=True)
@@ -30,10 +73,14 @@ class EtSet:
     def num_ranks(self) -> int:
         return len(self.traces)
 
+    def path(self, rank: int) -> str:
+        """The file of ``rank``, for error messages."""
+        return f"{self.prefix}.{rank}.et"
+
 
 @dataclass(frozen=True)
 class Message:
-    """A matched send/receive pair: node ids are positions in each rank's node list."""
+    """A matched send/receive pair; ``send_node``/``recv_node`` are ids in the src/dst traces."""
 
     src: int
     dst: int
@@ -41,6 +88,13 @@ class Message:
     size: int
     send_node: int
     recv_node: int
+
+
+def prefix_of(path: str | Path) -> Path:
+    """``dir/name.3.et`` -> ``dir/name``; a path that is not a rank file is a prefix already."""
+    path = Path(path)
+    match = _RANK_FILE.match(path.name)
+    return path.with_name(match["stem"]) if match else path
 
 
 def load_et_set(prefix: str | Path) -> EtSet:
@@ -90,7 +144,7 @@ def match_messages(et_set: EtSet) -> list[Message]:
                 else ("receive", dst, pending_recvs[len(pending_sends)])
             )
             raise TacosError(
-                f"{et_set.prefix}.{rank}.et: node {extra} ({side} {src}->{dst}, tag {tag}, "
+                f"{et_set.path(rank)}: node {extra} ({side} {src}->{dst}, tag {tag}, "
                 f"{size} bytes) has no matching {'receive' if side == 'send' else 'send'}; "
                 "ASTRA-sim would wait for it forever"
             )
@@ -99,11 +153,428 @@ def match_messages(et_set: EtSet) -> list[Message]:
     return messages
 
 
+def import_schedule(
+    prefix: str | Path,
+    *,
+    collective: CollectiveKind | None = None,
+    topology: Topology | None = None,
+) -> Schedule:
+    """The Schedule a Chakra ET set runs, on ``topology`` (default: fully connected ranks).
+
+    ``collective`` overrides the kind named by the traces' GlobalMetadata
+    ``collective`` attribute. Raises TacosError, naming the file and node, when
+    the traces cannot run (an unmatched message, a dependency on a missing node,
+    a dependency cycle) or cannot be a Schedule (messages of different sizes, a
+    message with no path in the topology).
+    """
+    et_set = load_et_set(prefix_of(prefix))
+    if et_set.num_ranks < 2:
+        raise TacosError(f"{et_set.path(0)}: one rank only; a collective needs at least 2")
+    messages = match_messages(et_set)
+    if not messages:
+        raise _no_messages(et_set)
+    kind = collective or _collective_kind(et_set)
+    nbytes = _message_size(et_set, messages)
+    if topology is None:
+        topology = Topology.fully_connected(et_set.num_ranks)
+    if topology.num_npus < et_set.num_ranks:
+        raise TacosError(
+            f"{et_set.prefix}: {et_set.num_ranks} ranks, but topology {topology.name!r} has "
+            f"{topology.num_npus} NPUs"
+        )
+    graph = _Graph(et_set, messages)
+    lineage = _Lineage(graph)
+    hops = _replay(graph, topology, nbytes)
+    numbering = _number_chunks(kind, lineage, et_set.num_ranks)
+    ranks = tuple(range(et_set.num_ranks))
+    spec = Collective(kind, ranks, numbering.per_rank, nbytes, numbering.root)
+    meta = {
+        "imported_from": FORMAT_NAME,
+        "prefix": str(et_set.prefix),
+        "chunks_from": CHUNK_ATTRIBUTE if lineage.explicit else "data lineage",
+    }
+    return Schedule(topology, spec, _transfers(topology, lineage, numbering, hops), meta)
+
+
+# ---------------------------------------------------------------- the trace graph
+class _Graph:
+    """Every node of every rank, its data dependencies and its message."""
+
+    def __init__(self, et_set: EtSet, messages: list[Message]) -> None:
+        self.et_set = et_set
+        self.messages = messages
+        self.nodes: dict[NodeKey, Node] = {}
+        for rank, (_, nodes) in sorted(et_set.traces.items()):
+            for node in nodes:
+                if (rank, node.id) in self.nodes:
+                    raise TacosError(f"{et_set.path(rank)}: node id {node.id} is used twice")
+                self.nodes[(rank, node.id)] = node
+        self.deps: dict[NodeKey, tuple[NodeKey, ...]] = {}
+        for (rank, node_id), node in self.nodes.items():
+            for dep in node.data_deps:
+                if (rank, dep) not in self.nodes:
+                    raise TacosError(
+                        f"{self.where((rank, node_id))} depends on node {dep}, which is not in "
+                        "the file"
+                    )
+            self.deps[(rank, node_id)] = tuple((rank, d) for d in dict.fromkeys(node.data_deps))
+        self.send_of = {(m.src, m.send_node): i for i, m in enumerate(messages)}
+        self.recv_of = {(m.dst, m.recv_node): i for i, m in enumerate(messages)}
+
+    def where(self, key: NodeKey) -> str:
+        node = self.nodes[key]
+        return (
+            f"{self.et_set.path(key[0])}: node {node.id} ({node.name or NodeType.Name(node.type)})"
+        )
+
+
+# ------------------------------------------------------------------- lineage
+class _Lineage:
+    """What each message moves: its chunk class, whether it is reduced, whose data it sends."""
+
+    def __init__(self, graph: _Graph) -> None:
+        self.graph = graph
+        count = len(graph.messages)
+        send_dep_sets = {
+            (key[0], frozenset(graph.deps[key])) for key in graph.send_of
+        }  # per rank: the dependency sets of its sends
+        self.markers = {
+            key
+            for key, node in graph.nodes.items()
+            if node.type == NodeType.COMP_NODE
+            and (key[0], frozenset(graph.deps[key])) in send_dep_sets
+        }
+        self.reduced = [False] * count
+        for key, node in graph.nodes.items():
+            if node.type == NodeType.COMP_NODE and key not in self.markers:
+                for dep in graph.deps[key]:
+                    if dep in graph.recv_of:
+                        self.reduced[graph.recv_of[dep]] = True
+        self.sources: list[tuple[int, ...]] = [
+            tuple(sorted({m for dep in graph.deps[key] for m in self._data(dep)}))
+            for key in self._send_keys()
+        ]
+        explicit = [self._chunk_attribute(key) for key in self._comm_keys()]
+        if all(value is not None for value in explicit):
+            self.explicit = True
+            self.chunk_class = [self._explicit_chunk(i) for i in range(count)]
+        elif any(value is not None for value in explicit):
+            first = next(k for k, v in zip(self._comm_keys(), explicit, strict=True) if v is None)
+            raise TacosError(
+                f"{graph.where(first)} has no {CHUNK_ATTRIBUTE!r} attribute while other nodes "
+                "have one; the traces are mixed"
+            )
+        else:
+            self.explicit = False
+            self.chunk_class = self._infer_classes()
+        self.origins, self.sinks, self.first_seen = self._ends()
+
+    def _send_keys(self) -> list[NodeKey]:
+        return [(m.src, m.send_node) for m in self.graph.messages]
+
+    def _comm_keys(self) -> list[NodeKey]:
+        return self._send_keys() + [(m.dst, m.recv_node) for m in self.graph.messages]
+
+    def _data(self, key: NodeKey) -> tuple[int, ...]:
+        """Messages whose data node ``key`` holds: its receive, or the receives it reduces."""
+        graph = self.graph
+        if key in graph.recv_of:
+            return (graph.recv_of[key],)
+        if graph.nodes[key].type == NodeType.COMP_NODE and key not in self.markers:
+            return tuple(graph.recv_of[dep] for dep in graph.deps[key] if dep in graph.recv_of)
+        return ()
+
+    def _chunk_attribute(self, key: NodeKey) -> int | None:
+        try:
+            value = get_attr(self.graph.nodes[key], CHUNK_ATTRIBUTE)
+        except KeyError:
+            return None
+        except ValueError as err:
+            raise TacosError(f"{self.graph.where(key)}: {err}") from None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TacosError(
+                f"{self.graph.where(key)}: {CHUNK_ATTRIBUTE} {value!r} is not a chunk id"
+            )
+        return value
+
+    def _explicit_chunk(self, index: int) -> int:
+        message = self.graph.messages[index]
+        sent = self._chunk_attribute((message.src, message.send_node))
+        received = self._chunk_attribute((message.dst, message.recv_node))
+        if sent != received:
+            raise TacosError(
+                f"{self.graph.where((message.dst, message.recv_node))}: receives chunk "
+                f"{received}, but its send carries {CHUNK_ATTRIBUTE} {sent}"
+            )
+        assert sent is not None
+        return sent
+
+    def _infer_classes(self) -> list[int]:
+        """Union-find: a message joins the chunk of every message whose data it forwards."""
+        parent = list(range(len(self.graph.messages)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for i, sources in enumerate(self.sources):
+            for j in sources:
+                parent[root(i)] = root(j)
+        return [root(i) for i in range(len(parent))]
+
+    def _ends(self) -> tuple[dict[int, list[int]], dict[int, list[int]], dict[int, NodeKey]]:
+        """Per chunk class: ranks that send it fresh, ranks that keep it, first fresh send."""
+        origins: dict[int, list[int]] = defaultdict(list)
+        first_seen: dict[int, NodeKey] = {}
+        senders: dict[int, set[int]] = defaultdict(set)
+        receivers: dict[int, list[int]] = defaultdict(list)
+        for i, message in enumerate(self.graph.messages):
+            chunk = self.chunk_class[i]
+            senders[chunk].add(message.src)
+            receivers[chunk].append(message.dst)
+            if not self.sources[i]:
+                origins[chunk].append(message.src)
+                key = (message.src, message.send_node)
+                first_seen[chunk] = min(first_seen.get(chunk, key), key)
+        sinks = {chunk: sorted(set(ranks) - senders[chunk]) for chunk, ranks in receivers.items()}
+        return {c: sorted(set(r)) for c, r in origins.items()}, sinks, first_seen
+
+
+# ------------------------------------------------------------------- numbering
+@dataclass(frozen=True)
+class _Numbering:
+    chunk_of: dict[int, int]  # chunk class -> chunk id
+    per_rank: int
+    root: int | None
+
+
+def _number_chunks(kind: CollectiveKind, lineage: _Lineage, ranks: int) -> _Numbering:
+    """Chunk ids in the collective's numbering (see tacos.collective), and its root."""
+    classes = sorted(set(lineage.chunk_class))
+    by_origin = {c: (lineage.origins.get(c) or [0])[0] for c in classes}
+    by_sink = {c: (lineage.sinks.get(c) or [by_origin[c]])[0] for c in classes}
+    root = None
+    if kind.rooted:
+        ends = by_origin if kind in (CollectiveKind.BROADCAST, CollectiveKind.SCATTER) else by_sink
+        root = Counter(ends.values()).most_common(1)[0][0]
+    if lineage.explicit:
+        # Chunk ids come in blocks of chunks_per_rank, so the highest id moved tells how
+        # many, rounding up: the last All-to-All block (the last rank's chunks to itself)
+        # never moves. Nor does the root's own block of a Gather or Scatter.
+        count = {CollectiveKind.BROADCAST: 1, CollectiveKind.REDUCE: 1,
+                 CollectiveKind.ALL_TO_ALL: ranks * ranks}.get(kind, ranks)  # fmt: skip
+        if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER) and root == ranks - 1:
+            count -= 1
+        return _Numbering({c: c for c in classes}, math.ceil((classes[-1] + 1) / count), root)
+    block_of = {
+        CollectiveKind.REDUCE_SCATTER: by_sink,
+        CollectiveKind.SCATTER: by_sink,
+        CollectiveKind.BROADCAST: dict.fromkeys(classes, 0),
+        CollectiveKind.REDUCE: dict.fromkeys(classes, 0),
+        CollectiveKind.ALL_TO_ALL: {c: by_origin[c] * ranks + by_sink[c] for c in classes},
+    }.get(kind, by_origin)
+    blocks: dict[int, list[int]] = defaultdict(list)
+    for c in sorted(classes, key=lambda c: lineage.first_seen.get(c, (0, 0))):
+        blocks[block_of[c]].append(c)
+    per_rank = max(len(members) for members in blocks.values())
+    chunk_of = {
+        c: block * per_rank + k for block, members in blocks.items() for k, c in enumerate(members)
+    }
+    return _Numbering(chunk_of, per_rank, root)
+
+
+# --------------------------------------------------------------------- timing
+Hop = tuple[int, float, float]
+"""(link id, start, end)."""
+
+
+def _replay(graph: _Graph, topology: Topology, nbytes: int) -> list[list[Hop]]:
+    """Run the traces on the link model; the hops each message takes, with their times.
+
+    A node runs once all its ``data_deps`` have completed (a receive also waits
+    for its message); sends queue on each link in the order they are issued.
+    """
+    routes: dict[tuple[int, int], list[Route]] = defaultdict(list)
+    for table in routes_from(topology, nbytes):
+        for route in table:
+            routes[(route.src, route.dst)].append(route)
+    times = topology.link_times_us(nbytes)
+    link_free = [0.0] * len(topology.links)
+    hops: list[list[Hop]] = [[] for _ in graph.messages]
+    dependants: dict[NodeKey, list[NodeKey]] = defaultdict(list)
+    waiting: dict[NodeKey, int] = {}
+    for key, deps in graph.deps.items():
+        waiting[key] = len(deps) + (key in graph.recv_of)
+        for dep in deps:
+            dependants[dep].append(key)
+    events: list[tuple[float, int, Any]] = []
+    sequence = itertools.count()  # ties in time: first pushed, first served
+    done: dict[NodeKey, float] = {}
+
+    def push(time: float, event: Any) -> None:
+        heapq.heappush(events, (time, next(sequence), event))
+
+    def ready(key: NodeKey, now: float) -> None:
+        if key not in graph.send_of:
+            push(now, ("done", key))
+            return
+        message = graph.messages[graph.send_of[key]]
+        candidates = routes.get((message.src, message.dst))
+        if not candidates:
+            raise TacosError(
+                f"{graph.where(key)} sends to rank {message.dst}, but topology "
+                f"{topology.name!r} has neither a link {message.src}->{message.dst} nor a path "
+                "through switches only; import on a topology that has one (the default is "
+                "fully connected)"
+            )
+        shortest = min(len(r.links) for r in candidates)
+        route = min(
+            (r for r in candidates if len(r.links) == shortest),
+            key=lambda r: (link_free[r.links[0]], r.links),
+        )
+        push(now, ("hop", graph.send_of[key], route.links, 0))
+
+    for key in graph.nodes:
+        if waiting[key] == 0:
+            ready(key, 0.0)
+    while events:
+        now, _, event = heapq.heappop(events)
+        if event[0] == "hop":
+            _, index, links, k = event
+            start = max(now, link_free[links[k]])
+            end = link_free[links[k]] = start + times[links[k]]
+            hops[index].append((links[k], start, end))
+            message = graph.messages[index]
+            if k + 1 < len(links):
+                push(end, ("hop", index, links, k + 1))
+            else:
+                push(end, ("done", (message.src, message.send_node)))
+            continue
+        key = event[1]
+        done[key] = now
+        followers = list(dependants[key])
+        if key in graph.send_of:
+            message = graph.messages[graph.send_of[key]]
+            followers.append((message.dst, message.recv_node))
+        for follower in followers:
+            waiting[follower] -= 1
+            if waiting[follower] == 0:
+                ready(follower, now)
+    stuck = next((key for key in graph.nodes if key not in done), None)
+    if stuck is not None:
+        raise TacosError(
+            f"{graph.where(_on_a_cycle(graph, stuck, done))} never runs: through data_deps "
+            "and messages it waits on itself; ASTRA-sim would hang"
+        )
+    return hops
+
+
+def _on_a_cycle(graph: _Graph, stuck: NodeKey, done: dict[NodeKey, float]) -> NodeKey:
+    """A node on a waiting cycle, found by walking back from any node that never ran.
+
+    A node that never ran waits on a predecessor that never ran (a dependency, or
+    for a receive its message's send); walking back must repeat a node.
+    """
+    seen = set()
+    while stuck not in seen:
+        seen.add(stuck)
+        waits_on = [dep for dep in graph.deps[stuck] if dep not in done]
+        if stuck in graph.recv_of:
+            message = graph.messages[graph.recv_of[stuck]]
+            waits_on.append((message.src, message.send_node))
+        stuck = next(key for key in waits_on if key not in done)
+    return stuck
+
+
+# ----------------------------------------------------------------- transfers
+def _transfers(
+    topology: Topology, lineage: _Lineage, numbering: _Numbering, hops: list[list[Hop]]
+) -> list[Transfer]:
+    """One transfer per hop, in start-time order; a message's hops depend on each other."""
+    order = sorted(
+        (
+            (start, end, m, k)
+            for m, path in enumerate(hops)
+            for k, (_, start, end) in enumerate(path)
+        )
+    )
+    index = {(m, k): i for i, (_, _, m, k) in enumerate(order)}
+    transfers = []
+    for start, end, m, k in order:
+        link = hops[m][k][0]
+        last = k == len(hops[m]) - 1
+        deps = (
+            tuple(sorted(index[(d, len(hops[d]) - 1)] for d in lineage.sources[m]))
+            if k == 0
+            else (index[(m, k - 1)],)
+        )
+        transfers.append(
+            Transfer(
+                numbering.chunk_of[lineage.chunk_class[m]],
+                topology.links[link].src,
+                topology.links[link].dst,
+                link,
+                start,
+                end,
+                Op.REDUCE if last and lineage.reduced[m] else Op.COPY,
+                deps,
+            )
+        )
+    return transfers
+
+
+# ------------------------------------------------------------------- helpers
+def _collective_kind(et_set: EtSet) -> CollectiveKind:
+    for rank, (metadata, _) in sorted(et_set.traces.items()):
+        try:
+            value = get_attr(metadata, "collective")
+        except KeyError:
+            continue
+        except ValueError as err:
+            raise TacosError(f"{et_set.path(rank)}: GlobalMetadata: {err}") from None
+        try:
+            return CollectiveKind.parse(str(value))
+        except TacosError as err:
+            raise TacosError(f"{et_set.path(rank)}: GlobalMetadata 'collective': {err}") from None
+    raise TacosError(
+        f"{et_set.prefix}: the traces do not say which collective they implement (no "
+        "'collective' attribute in their GlobalMetadata); pass --collective"
+    )
+
+
+def _no_messages(et_set: EtSet) -> TacosError:
+    for rank, (_, nodes) in sorted(et_set.traces.items()):
+        for node in nodes:
+            if node.type == NodeType.COMM_COLL_NODE:
+                return TacosError(
+                    f"{et_set.path(rank)}: node {node.id} ({node.name}) is a COMM_COLL_NODE: "
+                    "these traces ask ASTRA-sim for its built-in collective and hold no "
+                    "sends or receives to import"
+                )
+    return TacosError(f"{et_set.prefix}: no COMM_SEND_NODE or COMM_RECV_NODE in any rank")
+
+
+def _message_size(et_set: EtSet, messages: Iterable[Message]) -> int:
+    """The one chunk size of all messages (the Schedule has one chunk size)."""
+    messages = list(messages)
+    sizes = Counter(m.size for m in messages)
+    common = sizes.most_common(1)[0][0]
+    for m in messages:
+        if m.size != common:
+            raise TacosError(
+                f"{et_set.path(m.src)}: node {m.send_node} sends {m.size} bytes, but most "
+                f"messages carry {common}; a Schedule moves chunks of one size"
+            )
+    return common
+
+
 def _message_key(
     node: Node, rank: int, et_set: EtSet, *, sender: bool
 ) -> tuple[int, int, int, int]:
     """(tag, src, dst, size); the rank's own end defaults to the file's rank, as in ASTRA-sim."""
-    where = f"{et_set.prefix}.{rank}.et: node {node.id}"
+    where = f"{et_set.path(rank)}: node {node.id}"
     src = _int_attr(node, "comm_src", where, default=rank if sender else None)
     dst = _int_attr(node, "comm_dst", where, default=None if sender else rank)
     tag = _int_attr(node, "comm_tag", where, default=0)
@@ -111,6 +582,13 @@ def _message_key(
     for peer in (src, dst):
         if not 0 <= peer < et_set.num_ranks:
             raise TacosError(f"{where}: peer {peer} is outside ranks 0..{et_set.num_ranks - 1}")
+    own, name = (src, "comm_src") if sender else (dst, "comm_dst")
+    if own != rank:
+        raise TacosError(f"{where}: {name} is {own}, but this is rank {rank}'s trace")
+    if src == dst:
+        raise TacosError(f"{where}: sends to its own rank {src}; ASTRA-sim aborts on that")
+    if size < 1:
+        raise TacosError(f"{where}: comm_size {size}; ASTRA-sim aborts on empty messages")
     return (tag, src, dst, size)
 
 

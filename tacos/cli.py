@@ -1,4 +1,4 @@
-"""Command line: ``tacos`` (synthesize, verify, simulate, bounds) and ``tacos-export``.
+"""Command line: ``tacos`` (synthesize, verify, simulate, bounds, import, ...) and ``tacos-export``.
 
 A thin shell over the library: parse arguments, call the library, report.
 Errors caused by input print one line ``tacos: error: ...`` and exit 2.
@@ -19,10 +19,21 @@ from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
 from tacos.exporters import EXPORTERS, ExportOptions, get_exporter
-from tacos.schedule import Schedule
+from tacos.failures import parse_groups, parse_ids, parse_links, to_current_ids, without_failures
+from tacos.importers import (
+    SCHEDULE_IMPORTERS,
+    import_schedule,
+    import_topology,
+    reads_topology,
+    schedule_format_of,
+)
+from tacos.importers import msccl as msccl_xml
+from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
+from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
 from tacos.simulate import simulate
-from tacos.synthesizer import CHUNK_POLICIES, ProgressCallback, synthesize
-from tacos.topology import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US, load_topology
+from tacos.sweep import load_spec, plan_sweep, run_sweep
+from tacos.synthesizer import CHUNK_POLICIES, ProgressCallback, synthesize, synthesize_tenants
+from tacos.topology import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US, Topology, load_topology
 from tacos.verify import verify
 
 DEFAULT_TOPOLOGY = "ring:8"
@@ -45,9 +56,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(handler=_cmd_synthesize)
 
     p = commands.add_parser("verify", help="check a schedule's correctness")
-    p.add_argument("file", type=Path, help="schedule JSON")
+    p.add_argument("file", type=Path, help="schedule JSON, or PREFIX of a Chakra ET set")
+    p.add_argument(
+        "--format",
+        default="json",
+        choices=sorted({"json", "msccl", *SCHEDULE_IMPORTERS}),
+        help="json (default): a TACOS schedule; chakra: traces PREFIX.<rank>.et; "
+        "msccl: an MSCCL algorithm XML, run symbolically as the GPU runtimes would",
+    )
+    _add_import_arguments(p)
+    p.add_argument(
+        "--msccl-runtime",
+        choices=sorted(msccl_xml.RUNTIMES),
+        help="--format msccl: the runtime whose rules apply (default: executor if the file "
+        "has outofplace=, else legacy)",
+    )
+    p.add_argument("--root", type=int, help="--format msccl: the root of a broadcast/reduce")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_cmd_verify)
+
+    p = commands.add_parser(
+        "import", help="read another tool's topology or schedule and describe it"
+    )
+    p.add_argument(
+        "file",
+        type=Path,
+        help="ASTRA-sim network .yml, ns-3 topology .txt, htsim .topo, or Chakra ET "
+        "PREFIX (or one of its PREFIX.<rank>.et files)",
+    )
+    _add_import_arguments(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=_cmd_import)
 
     p = commands.add_parser("simulate", help="replay a schedule and report its time")
     p.add_argument("file", type=Path, help="schedule JSON")
@@ -65,6 +104,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_cmd_bounds)
 
+    p = commands.add_parser("sweep", help="synthesize every point of a YAML design-space grid")
+    p.add_argument("spec", type=Path, help="sweep YAML: topologies, collectives, chunk_sizes, ...")
+    p.add_argument(
+        "-o", "--output", type=Path, required=True,
+        help="results directory; its results.csv is resumed, finished points are not recomputed",
+    )  # fmt: skip
+    p.add_argument("--scheduler", choices=("local", "dask"), default="local",
+                   help="local process pool (default) or a Dask cluster")  # fmt: skip
+    p.add_argument("--address", help="Dask scheduler tcp://HOST:PORT (default: a LocalCluster)")
+    p.add_argument("-j", "--jobs", type=int, help="worker processes (default: one per CPU)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_cmd_sweep)
+
+    p = commands.add_parser("plot", help="draw a schedule (link timeline, ...) or a sweep table")
+    p.add_argument("file", type=Path, help="schedule JSON, or a sweep's results.csv or directory")
+    p.add_argument("-o", "--output", type=Path, required=True, help="OUT.png, OUT.svg or OUT.pdf")
+    p.add_argument("--kind", choices=PLOT_KINDS, default="all", help="schedule panel(s) to draw")
+    p.add_argument("--color-by", choices=COLOR_BY, default="chunk", help="bar and tick colours")
+    p.set_defaults(handler=_cmd_plot)
+
     return _run(parser, argv)
 
 
@@ -77,8 +136,26 @@ def export_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="output format")
     parser.add_argument("--schedule", type=Path, help="export this schedule JSON instead")
+    parser.add_argument(
+        "--from",
+        dest="import_from",
+        nargs=2,
+        metavar=("FORMAT", "SOURCE"),
+        help=f"export a schedule imported from another format ({', '.join(SCHEDULE_IMPORTERS)}), "
+        "e.g. --from chakra PREFIX; --topology and --collective then apply to the import",
+    )
     _add_problem_arguments(parser)
     parser.add_argument("-o", "--output", type=Path, required=True, help="output file or directory")
+    msccl = parser.add_argument_group("msccl format")
+    msccl.add_argument("--nchannels", type=int, default=1, help="channels to spread chunks over")
+    msccl.add_argument("--proto", choices=msccl_xml.PROTOCOLS, default="Simple", help="protocol")
+    msccl.add_argument(
+        "--msccl-runtime",
+        choices=sorted(msccl_xml.RUNTIMES),
+        default="executor",
+        help="executor (msccl-executor-nccl; also what RCCL reads, rccl applies its "
+        "tighter limits) or legacy (the NCCL 2.12 MSCCL interpreter)",
+    )
     parser.set_defaults(handler=_cmd_export)
     return _run(parser, argv)
 
@@ -100,7 +177,8 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
     parser.add_argument(
         "--topology",
         default=None,
-        help=f"spec (ring:8, mesh2d:4x4, torus3d:4x4x4, hypercube:3, ...) or a .csv/.json file "
+        help=f"spec (ring:8, mesh2d:4x4, torus3d:4x4x4, hypercube:3, ...) or a file: .csv/.json, "
+        "ASTRA-sim network .yml, ns-3 .txt, htsim .topo "
         f"(default {DEFAULT_TOPOLOGY})",
     )
     parser.add_argument(
@@ -121,6 +199,14 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
     parser.add_argument(
         "--latency", type=float, default=DEFAULT_LATENCY_US, help="microseconds of generated links"
     )
+    parser.add_argument("--root", type=int, default=None, help="root NPU of broadcast/reduce/"
+                        "gather/scatter (default: the first rank)")  # fmt: skip
+    parser.add_argument("--fail-npus", help="failed NPUs, e.g. 3,7 or 8-11 (original ids)")
+    parser.add_argument("--fail-links", help="failed links: 0-1 (both directions) or 0>1")
+    parser.add_argument(
+        "--groups",
+        help='tenants sharing the network: "0-7;8-15" or a JSON file [[0,1,...],[...]]',
+    )
     if with_seed:
         parser.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
         parser.add_argument(
@@ -132,27 +218,42 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def _problem(args: argparse.Namespace) -> tuple[Any, Collective]:
+def _problem(args: argparse.Namespace) -> tuple[Topology, list[Collective]]:
+    """The topology (minus failures) and one collective per tenant group."""
     topology = load_topology(
         args.topology or DEFAULT_TOPOLOGY, bandwidth_GBps=args.bandwidth, latency_us=args.latency
     )
-    collective = Collective(
-        CollectiveKind.parse(args.collective or DEFAULT_COLLECTIVE),
-        tuple(topology.npus),
-        args.chunks_per_npu,
-        parse_size(args.chunk_size),
+    failed_npus = parse_ids(args.fail_npus, "--fail-npus") if args.fail_npus else []
+    failed_links = parse_links(args.fail_links) if args.fail_links else []
+    if failed_npus or failed_links:
+        topology = without_failures(topology, failed_npus, failed_links)
+        topology.check_connected()
+    kind = CollectiveKind.parse(args.collective or DEFAULT_COLLECTIVE)
+    groups = (
+        parse_groups(args.groups) if args.groups else [[topology.label(n) for n in topology.npus]]
     )
-    return topology, collective
+    collectives = []
+    for group in groups:
+        ranks = to_current_ids(topology, group, "--groups")
+        root = None
+        if args.root is not None:
+            (root,) = to_current_ids(topology, [args.root], "--root")
+            if kind.rooted and len(groups) > 1 and root not in ranks:
+                root = None  # each tenant's root defaults to its first NPU
+        collectives.append(
+            Collective(kind, tuple(ranks), args.chunks_per_npu, parse_size(args.chunk_size), root)
+        )
+    return topology, collectives
 
 
-def _synthesize_from_args(args: argparse.Namespace) -> tuple[Schedule, float]:
-    topology, collective = _problem(args)
+def _synthesize_from_args(args: argparse.Namespace) -> tuple[list[Schedule], float]:
+    topology, collectives = _problem(args)
     started = time.perf_counter()
     with _progress_bar(quiet=args.quiet) as progress:
-        schedule = synthesize(
-            topology, collective, seed=args.seed, policy=args.policy, progress=progress
+        schedules = synthesize_tenants(
+            topology, collectives, seed=args.seed, policy=args.policy, progress=progress
         )
-    return schedule, time.perf_counter() - started
+    return schedules, time.perf_counter() - started
 
 
 @contextmanager
@@ -181,55 +282,115 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 # ---------------------------------------------------------------- commands
 def _cmd_synthesize(args: argparse.Namespace) -> int:
-    schedule, seconds = _synthesize_from_args(args)
+    schedules, seconds = _synthesize_from_args(args)
     if args.output:
-        schedule.save(args.output)
-    bounds = lower_bounds(schedule.topology, schedule.collective)
-    elapsed = schedule.collective_time_us
-    data = {
-        "topology": schedule.topology.name,
-        "collective": schedule.collective.kind.value,
-        "npus": schedule.topology.num_npus,
-        "switches": schedule.topology.num_switches,
-        "links": len(schedule.topology.links),
-        "chunks": schedule.collective.num_chunks,
-        "chunk_bytes": schedule.collective.chunk_bytes,
-        "transfers": len(schedule.transfers),
+        save_schedules(args.output, schedules)
+    first = schedules[0]
+    topology = first.topology
+    elapsed = max(s.collective_time_us for s in schedules)
+    bound = max(lower_bounds(topology, s.collective).best_us for s in schedules)
+    data: dict[str, Any] = {
+        "topology": topology.name,
+        "collective": first.collective.kind.value,
+        "npus": topology.num_npus,
+        "switches": topology.num_switches,
+        "links": len(topology.links),
+        "chunks": sum(s.collective.num_chunks for s in schedules),
+        "chunk_bytes": first.collective.chunk_bytes,
+        "transfers": sum(len(s.transfers) for s in schedules),
         "seed": args.seed,
         "collective_time_us": elapsed,
-        "lower_bound_us": bounds.best_us,
-        "ratio_to_bound": elapsed / bounds.best_us if bounds.best_us else None,
-        "bounds": bounds.as_dict(),
+        "lower_bound_us": bound,
+        "ratio_to_bound": elapsed / bound if bound else None,
         "synthesis_seconds": round(seconds, 6),
         "output": str(args.output) if args.output else None,
     }
+    if len(schedules) == 1:
+        data["bounds"] = lower_bounds(topology, first.collective).as_dict()
+    else:
+        data["tenants"] = _tenant_table(schedules, args)
     text = (
-        f"{schedule.collective.kind} on {schedule.topology.describe()}: "
-        f"{elapsed:.6g} us ({data['ratio_to_bound']:.3f}x lower bound {bounds.best_us:.6g} us), "
-        f"{len(schedule.transfers)} transfers, synthesized in {seconds:.3f} s"
+        f"{first.collective.kind} on {topology.describe()}: "
+        f"{elapsed:.6g} us ({data['ratio_to_bound']:.3f}x lower bound {bound:.6g} us), "
+        f"{data['transfers']} transfers, synthesized in {seconds:.3f} s"
         + (f"; wrote {args.output}" if args.output else "")
     )
+    for row in data.get("tenants", []):
+        text += (
+            f"\n  tenant {row['tenant']} ({len(row['ranks'])} ranks): {row['together_us']:.6g} us "
+            f"sharing the network, {row['alone_us']:.6g} us alone"
+        )
     _emit(args, data, text)
     return 0
 
 
+def _tenant_table(schedules: list[Schedule], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each tenant's time in the joint schedule and when synthesized alone."""
+    rows = []
+    for index, schedule in enumerate(schedules):
+        alone = synthesize(
+            schedule.topology, schedule.collective, seed=args.seed, policy=args.policy
+        )
+        rows.append(
+            {
+                "tenant": index,
+                "ranks": [schedule.topology.label(r) for r in schedule.collective.ranks],
+                "together_us": schedule.collective_time_us,
+                "alone_us": alone.collective_time_us,
+                "verified": verify(schedule).ok,
+            }
+        )
+    return rows
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
-    schedule = Schedule.load(args.file)
-    report = verify(schedule)
+    if args.format == "msccl":
+        return _verify_msccl(args)
+    if args.format == "json":
+        _refuse_import_arguments(args, "with --format json")
+        schedules = load_schedules(args.file)
+    else:
+        schedules = [_import_schedule(args.format, args.file, args)]
+    reports = [verify(schedule) for schedule in schedules]
+    ok = all(report.ok for report in reports)
+    data = {
+        "file": str(args.file),
+        "verified": ok,
+        "collective": schedules[0].collective.kind.value,
+        "collective_time_us": max(report.collective_time_us for report in reports),
+        "error_count": sum(report.error_count for report in reports),
+        "errors": [e for report in reports for e in report.errors],
+    }
+    lines = [
+        f"{args.file}{f' tenant {i}' if len(reports) > 1 else ''}: {report.summary()}"
+        for i, report in enumerate(reports)
+    ]
+    _emit(args, data, "\n".join(lines))
+    return 0 if ok else 1
+
+
+def _verify_msccl(args: argparse.Namespace) -> int:
+    """Check an MSCCL XML by running it symbolically (format, limits, deadlock, result)."""
+    _refuse_import_arguments(args, "to --format msccl, which checks the XML itself")
+    report = msccl_xml.check(msccl_xml.load(args.file), runtime=args.msccl_runtime, root=args.root)
     data = {
         "file": str(args.file),
         "verified": report.ok,
-        "collective": schedule.collective.kind.value,
-        "collective_time_us": report.collective_time_us,
+        "runtime": report.runtime,
+        "collective": report.coll,
+        "ngpus": report.ngpus,
+        "checked": report.checked,
         "error_count": report.error_count,
         "errors": report.errors,
+        "warnings": report.warnings,
     }
-    _emit(args, data, f"{args.file}: {report.summary()}")
+    warnings = "".join(f"\n  warning: {w}" for w in report.warnings)
+    _emit(args, data, f"{args.file}: {report.summary()}{warnings}")
     return 0 if report.ok else 1
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    schedule = Schedule.load(args.file)
+    schedule = merge_tenants(load_schedules(args.file))
     if args.sends_in_flight is not None and args.sends_in_flight < 1:
         raise TacosError("--sends-in-flight must be at least 1")
     result = simulate(schedule, sends_in_flight=args.sends_in_flight)
@@ -252,23 +413,29 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
-    topology, collective = _problem(args)
-    bounds = lower_bounds(topology, collective)
-    data = {"topology": topology.name, "collective": collective.kind.value, **bounds.as_dict()}
+    topology, collectives = _problem(args)
+    bounds = lower_bounds(topology, collectives[0])
+    kind = collectives[0].kind
+    data = {"topology": topology.name, "collective": kind.value, **bounds.as_dict()}
     text = ", ".join(f"{k} {v:.6g}" for k, v in bounds.as_dict().items())
-    _emit(args, data, f"{collective.kind} on {topology.describe()}: {text}")
+    _emit(args, data, f"{kind} on {topology.describe()}: {text}")
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     exporter = get_exporter(args.format)
     if args.schedule:
-        if args.topology or args.collective:
-            raise TacosError("give either --schedule or --topology/--collective, not both")
-        schedule, seconds = Schedule.load(args.schedule), 0.0
+        if args.topology or args.collective or args.import_from:
+            raise TacosError("give either --schedule or --from or --topology/--collective")
+        schedules, seconds = load_schedules(args.schedule), 0.0
+    elif args.import_from:
+        import_format, source = args.import_from
+        schedules, seconds = [_import_schedule(import_format, Path(source), args)], 0.0
     else:
-        schedule, seconds = _synthesize_from_args(args)
-    result = exporter(schedule, args.output, ExportOptions(_format_settings(args)))
+        schedules, seconds = _synthesize_from_args(args)
+    schedule = merge_tenants(schedules)
+    settings = {**_format_settings(args), "tenant_schedules": schedules}
+    result = exporter(schedule, args.output, ExportOptions(settings))
     nodes = f", {result.nodes} nodes" if result.nodes else ""
     print(
         f"wrote {len(result.files)} file(s) to {args.output} ({args.format}): "
@@ -284,6 +451,106 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _format_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Format-specific options are whatever the parser has beyond the common ones."""
     return {k: v for k, v in vars(args).items() if k != "handler"}
+
+
+def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of imported schedules: traces carry no timing and may not name their collective."""
+    parser.add_argument(
+        "--collective",
+        default=None,
+        help="the collective the traces implement (default: their GlobalMetadata says)",
+    )
+    parser.add_argument(
+        "--topology",
+        default=None,
+        help="spec or topology file that times the messages (default: the ranks fully "
+        f"connected at {DEFAULT_BANDWIDTH_GBPS:g} GB/s, {DEFAULT_LATENCY_US:g} us)",
+    )
+
+
+def _refuse_import_arguments(args: argparse.Namespace, where: str) -> None:
+    if args.topology or args.collective:
+        raise TacosError(f"--topology and --collective apply to imported schedules, not {where}")
+
+
+def _import_schedule(import_format: str, source: Path, args: argparse.Namespace) -> Schedule:
+    """Read a schedule with an importer; --topology/--collective as the command line gives them."""
+    topology = None
+    if args.topology:
+        topology = load_topology(
+            args.topology,
+            bandwidth_GBps=getattr(args, "bandwidth", DEFAULT_BANDWIDTH_GBPS),
+            latency_us=getattr(args, "latency", DEFAULT_LATENCY_US),
+        )
+    kind = CollectiveKind.parse(args.collective) if args.collective else None
+    return import_schedule(import_format, source, collective=kind, topology=topology)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    if reads_topology(args.file):
+        _refuse_import_arguments(args, "to topology files")
+        imported = import_topology(args.file)
+        _emit(args, {"file": str(args.file), **imported.summary()}, imported.describe())
+        return 0
+    import_format = schedule_format_of(args.file)
+    schedule = _import_schedule(import_format, args.file, args)
+    report = verify(schedule)
+    spec = schedule.collective
+    reductions = sum(t.op is Op.REDUCE for t in schedule.transfers)
+    data = {
+        "file": str(args.file),
+        "kind": "schedule",
+        "format": import_format,
+        "collective": spec.kind.value,
+        "ranks": spec.num_ranks,
+        "root": spec.root,
+        "chunks": spec.num_chunks,
+        "chunk_bytes": spec.chunk_bytes,
+        "transfers": len(schedule.transfers),
+        "reductions": reductions,
+        "topology": schedule.topology.name,
+        "collective_time_us": schedule.collective_time_us,
+        "verified": report.ok,
+        "errors": report.errors,
+        "meta": schedule.meta,
+    }
+    text = (
+        f"{args.file}: {import_format} schedule, {spec.kind} over {spec.num_ranks} ranks: "
+        f"{spec.num_chunks} chunks of {spec.chunk_bytes} bytes, {len(schedule.transfers)} "
+        f"transfers ({reductions} reductions) on {schedule.topology.describe()}\n"
+        f"  verify: {report.summary()}"
+    )
+    _emit(args, data, text)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    plan = plan_sweep(load_spec(args.spec), args.output)
+    total, done = len(plan.spec.points), len(plan.spec.points) - len(plan.pending)
+    quiet = args.quiet or not sys.stderr.isatty()
+    with tqdm(total=total, initial=done, desc="sweeping", unit="point", disable=quiet) as bar:
+        outcome = run_sweep(
+            plan,
+            scheduler=args.scheduler,
+            jobs=args.jobs,
+            address=args.address,
+            on_row=lambda _row: bar.update(),
+        )
+    skipped = plan.spec.skipped
+    note = f"; {skipped} combinations skipped (per-dimension values that do not fit)"
+    print(
+        f"{total} points: {len(outcome.computed)} computed ({outcome.errors} with errors), "
+        f"{done} already in {outcome.table}" + (note if skipped else "")
+    )
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    plot_file(args.file, args.output, kind=args.kind, color_by=args.color_by)
+    print(f"wrote {args.output}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ class Collective:
 
     def __post_init__(self) -> None:
         if len(self.ranks) < 2:
-            raise TacosError(f"a {self.kind} needs at least 2 ranks, got {len(self.ranks)}")
+            raise TacosError(f"{self.kind} needs at least 2 ranks, got {len(self.ranks)}")
         if len(set(self.ranks)) != len(self.ranks):
             raise TacosError(f"ranks of the {self.kind} repeat: {list(self.ranks)}")
         if self.chunks_per_rank < 1:
@@ -108,7 +108,7 @@ class Collective:
             elif self.root not in self.ranks:
                 raise TacosError(f"root {self.root} is not one of the ranks {list(self.ranks)}")
         elif self.root is not None:
-            raise TacosError(f"a {self.kind} has no root; drop --root")
+            raise TacosError(f"{self.kind} has no root; drop --root")
 
     @property
     def num_ranks(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from tacos.output import write_text_atomic
 from tacos.topology import Topology
 
 SCHEDULE_FORMAT = "tacos-schedule"
+SCHEDULE_SET_FORMAT = "tacos-schedule-set"
 SCHEDULE_VERSION = 1
 _COLUMNS = ("chunk", "src", "dst", "link", "start", "end", "op", "deps")
 
@@ -233,6 +234,77 @@ class Schedule:
         except (OSError, UnicodeDecodeError) as err:
             raise TacosError(f"{path}: cannot read schedule: {err}") from None
         return cls.from_json(text, str(path))
+
+
+def save_schedules(path: str | Path, schedules: Sequence[Schedule]) -> None:
+    """One schedule as a schedule file; several tenants as one schedule-set file."""
+    if len(schedules) == 1:
+        schedules[0].save(path)
+        return
+    body = ",\n".join(s.to_json().rstrip("\n") for s in schedules)
+    text = (
+        f'{{"format": "{SCHEDULE_SET_FORMAT}", "version": {SCHEDULE_VERSION}, '
+        f'"schedules": [\n{body}\n]}}\n'
+    )
+    write_text_atomic(Path(path), text)
+
+
+def load_schedules(path: str | Path) -> list[Schedule]:
+    """A schedule file (one tenant) or a schedule-set file (several)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise TacosError(f"{path}: cannot read schedule: {err}") from None
+    except json.JSONDecodeError as err:
+        raise TacosError(f"{path}: line {err.lineno} column {err.colno}: {err.msg}") from None
+    if isinstance(data, dict) and data.get("format") == SCHEDULE_SET_FORMAT:
+        if data.get("version") != SCHEDULE_VERSION:
+            raise TacosError(
+                f"{path}: schedule-set version {data.get('version')!r} is not supported "
+                f"(this tacos reads version {SCHEDULE_VERSION}); upgrade tacos"
+            )
+        items = data.get("schedules")
+        if not isinstance(items, list) or not items:
+            raise TacosError(f"{path}: 'schedules' must be a non-empty list")
+        return [Schedule.from_dict(item, f"{path}: schedules[{i}]") for i, item in enumerate(items)]
+    return [Schedule.from_dict(data, str(path))]
+
+
+def merge_tenants(schedules: Sequence[Schedule]) -> Schedule:
+    """Several tenants' schedules on one topology as one schedule, for joint replay and export.
+
+    Transfers are concatenated (dependencies and chunk ids shifted so they stay
+    distinct) and re-sorted by start time. The merged collective lists every
+    tenant's ranks; it describes the traffic, not a collective to verify: verify
+    each tenant's own schedule.
+    """
+    if len(schedules) == 1:
+        return schedules[0]
+    first = schedules[0]
+    transfers: list[Transfer] = []
+    chunk_offset = 0
+    for schedule in schedules:
+        base = len(transfers)
+        transfers.extend(
+            replace(
+                t,
+                chunk=t.chunk + chunk_offset,
+                deps=tuple(d + base for d in t.deps),
+            )
+            for t in schedule.transfers
+        )
+        chunk_offset += schedule.collective.num_chunks
+    order = sorted(range(len(transfers)), key=lambda i: (transfers[i].start, transfers[i].link, i))
+    position = {old: new for new, old in enumerate(order)}
+    merged = [
+        replace(transfers[old], deps=tuple(sorted(position[d] for d in transfers[old].deps)))
+        for old in order
+    ]
+    ranks = tuple(r for s in schedules for r in s.collective.ranks)
+    collective = replace(first.collective, ranks=ranks)
+    meta = {**first.meta, "tenants": [list(s.collective.ranks) for s in schedules]}
+    return Schedule(first.topology, collective, merged, meta)
 
 
 def _compact(value: Any) -> str:

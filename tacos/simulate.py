@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.schedule import Schedule, Transfer
+from tacos.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -55,18 +57,44 @@ class SimulationResult:
 
 def simulate(schedule: Schedule, *, sends_in_flight: int | None = None) -> SimulationResult:
     """Replay ``schedule``; raises TacosError if its dependencies can never all be met."""
-    replay = _Replay(schedule, sends_in_flight)
+    messages = schedule.messages() if sends_in_flight is not None else ()
+    replay = _Replay(
+        schedule.transfers,
+        schedule.topology,
+        schedule.collective.chunk_bytes,
+        sends_in_flight,
+        messages,
+    )
     return replay.run()
+
+
+def replay_times(
+    transfers: Sequence[Transfer], topology: Topology, chunk_bytes: int
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Start and end of every transfer when replayed as :func:`simulate` does.
+
+    The synthesizer times its schedules with this, so a schedule's recorded
+    times are by definition what the link model gives (the verifier still
+    checks them independently).
+    """
+    result = _Replay(transfers, topology, chunk_bytes, None, ()).run()
+    return result.start_us, result.end_us
 
 
 class _Replay:
     """Event-driven state: link queues, dependency counters, NPU send ports."""
 
-    def __init__(self, schedule: Schedule, sends_in_flight: int | None) -> None:
-        self.schedule = schedule
-        self.transfers = transfers = schedule.transfers
-        self.topology = schedule.topology
-        self.nbytes = schedule.collective.chunk_bytes
+    def __init__(
+        self,
+        transfers: Sequence[Transfer],
+        topology: Topology,
+        chunk_bytes: int,
+        sends_in_flight: int | None,
+        messages: Sequence[tuple[int, ...]],
+    ) -> None:
+        self.transfers = transfers
+        self.topology = topology
+        self.nbytes = chunk_bytes
         count = len(transfers)
         # An NPU's link runs its transfers in the listed order (NPUs run programs);
         # a switch's link serves whatever became ready first (a FIFO queue).
@@ -74,7 +102,8 @@ class _Replay:
         for i in sorted(range(count), key=lambda i: (transfers[i].start, i)):
             if not self.topology.is_switch(transfers[i].src):
                 self.fixed_order[transfers[i].link].append(i)
-        self.fifo: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        self.fixed_members = {i for queue in self.fixed_order.values() for i in queue}
+        self.fifo: dict[int, list[tuple[float, tuple[int, ...], int]]] = defaultdict(list)
         self.waiting = [len(set(t.deps)) for t in transfers]
         self.dependants: list[list[int]] = [[] for _ in range(count)]
         for i, t in enumerate(transfers):
@@ -89,31 +118,38 @@ class _Replay:
         self.ports = sends_in_flight
         self.outstanding: defaultdict[int, int] = defaultdict(int)
         self.port_queue: defaultdict[int, list[int]] = defaultdict(list)
-        self.message_end: dict[int, int] = {}  # last hop -> first hop
-        if sends_in_flight is not None:
-            self.message_end = {hops[-1]: hops[0] for hops in schedule.messages()}
+        self.message_end = {hops[-1]: hops[0] for hops in messages}  # last hop -> first hop
 
     def run(self) -> SimulationResult:
-        for i, t in enumerate(self.transfers):
-            if self.waiting[i] == 0 and self.topology.is_switch(t.src):
-                heapq.heappush(self.fifo[t.link], (0.0, i))
-        for link_id in {t.link for t in self.transfers}:
-            self.try_start(link_id, 0.0)
+        for i in range(len(self.transfers)):
+            if self.waiting[i] == 0 and i not in self.fixed_members:
+                self.enqueue(i, 0.0)
+        self.start_ready({t.link for t in self.transfers}, 0.0)
         finished = 0
         while self.completions:
-            now, i = heapq.heappop(self.completions)
-            finished += 1
-            t = self.transfers[i]
-            self.link_idle[t.link] = True
-            if i in self.message_end:
-                self.release_port(self.transfers[self.message_end[i]].src, now)
-            for j in self.dependants[i]:
-                self.waiting[j] -= 1
-                if self.waiting[j] == 0:
-                    if self.topology.is_switch(self.transfers[j].src):
-                        heapq.heappush(self.fifo[self.transfers[j].link], (now, j))
-                    self.try_start(self.transfers[j].link, now)
-            self.try_start(t.link, now)
+            # Everything that completes at one instant is applied before anything new
+            # starts, so the outcome never depends on the order of simultaneous events.
+            now = self.completions[0][0]
+            links_to_try: set[int] = set()
+            while self.completions and self.completions[0][0] == now:
+                _, i = heapq.heappop(self.completions)
+                finished += 1
+                t = self.transfers[i]
+                self.link_idle[t.link] = True
+                links_to_try.add(t.link)
+                if i in self.message_end:
+                    # A freed port goes to a message already waiting for it, as ASTRA-sim
+                    # reissues waiting sends when the send completes.
+                    npu = self.transfers[self.message_end[i]].src
+                    self.outstanding[npu] -= 1
+                    self.drain_port(npu, now)
+                for j in self.dependants[i]:
+                    self.waiting[j] -= 1
+                    if self.waiting[j] == 0:
+                        if j not in self.fixed_members:
+                            self.enqueue(j, now)
+                        links_to_try.add(self.transfers[j].link)
+            self.start_ready(links_to_try, now)
         if finished < len(self.transfers):
             stuck = next(i for i in range(len(self.transfers)) if self.end[i] == 0.0)
             raise TacosError(
@@ -124,39 +160,70 @@ class _Replay:
             max(self.end, default=0.0), tuple(self.start), tuple(self.end), dict(self.busy_time)
         )
 
+    def enqueue(self, i: int, ready: float) -> None:
+        """Queue a ready transfer on its switch's link.
+
+        A switch serves in order of readiness; ties go by what the transfer is (chunk,
+        op, the link it came in on), not by its position, so that re-sorting a schedule
+        cannot change its replay.
+        """
+        t = self.transfers[i]
+        came_in_on = tuple(self.transfers[d].link for d in t.deps)
+        identity = (t.chunk, t.op == "reduce", *came_in_on)
+        heapq.heappush(self.fifo[t.link], (ready, identity, i))
+
     def next_on(self, link_id: int) -> int | None:
-        """The transfer the link would serve next, if one is ready."""
+        """The transfer the idle link would serve next, if one is ready."""
+        if not self.link_idle[link_id]:
+            return None
         queue = self.fixed_order.get(link_id)
         if queue:
             return queue[0] if self.waiting[queue[0]] == 0 else None
         fifo = self.fifo.get(link_id)
-        return fifo[0][1] if fifo else None
+        return fifo[0][2] if fifo else None
 
-    def try_start(self, link_id: int, now: float) -> None:
-        if not self.link_idle[link_id]:
-            return
-        i = self.next_on(link_id)
-        if i is None:
-            return
-        src = self.transfers[i].src
-        uses_port = self.ports is not None and not self.topology.is_switch(src)
-        if uses_port and self.outstanding[src] >= self.ports:  # type: ignore[operator]
-            if i not in self.port_queue[src]:
-                heapq.heappush(self.port_queue[src], i)
-            return
-        if link_id in self.fixed_order and self.fixed_order[link_id]:
+    def start_ready(self, links: set[int], now: float) -> None:
+        """Start what can start on ``links``; with NPU ports, lowest schedule index first."""
+        contenders: defaultdict[int, list[int]] = defaultdict(list)
+        for link_id in sorted(links):
+            i = self.next_on(link_id)
+            if i is None:
+                continue
+            src = self.transfers[i].src
+            if self.ports is None or self.topology.is_switch(src):
+                self.begin(i, now)
+            else:
+                contenders[src].append(i)
+        for npu, ready in contenders.items():
+            waiting = self.port_queue[npu]
+            for i in ready:
+                if i not in waiting:
+                    heapq.heappush(waiting, i)
+        for npu in sorted(self.port_queue):
+            self.drain_port(npu, now)
+
+    def drain_port(self, npu: int, now: float) -> None:
+        """Start waiting messages of ``npu`` while its port has room, lowest index first."""
+        waiting = self.port_queue[npu]
+        blocked = []
+        while waiting and self.outstanding[npu] < self.ports:  # type: ignore[operator]
+            i = heapq.heappop(waiting)
+            if self.next_on(self.transfers[i].link) == i:
+                self.outstanding[npu] += 1
+                self.begin(i, now)
+            else:
+                blocked.append(i)
+        for i in blocked:
+            heapq.heappush(waiting, i)
+
+    def begin(self, i: int, now: float) -> None:
+        link_id = self.transfers[i].link
+        if self.fixed_order.get(link_id):
             self.fixed_order[link_id].popleft()
         else:
             heapq.heappop(self.fifo[link_id])
-        if uses_port:
-            self.outstanding[src] += 1
         self.link_idle[link_id] = False
         self.start[i] = now
         self.end[i] = now + self.topology.links[link_id].transfer_time_us(self.nbytes)
         self.busy_time[link_id] += self.end[i] - now
         heapq.heappush(self.completions, (self.end[i], i))
-
-    def release_port(self, npu: int, now: float) -> None:
-        self.outstanding[npu] -= 1
-        if self.port_queue[npu]:
-            self.try_start(self.transfers[heapq.heappop(self.port_queue[npu])].link, now)

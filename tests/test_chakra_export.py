@@ -115,6 +115,8 @@ def test_idle_npus_get_a_single_zero_length_compute_node(tmp_path):
         (CollectiveKind.ALL_GATHER, "all-gather-implementation-custom", 2, "custom"),
         (CollectiveKind.ALL_REDUCE, "all-reduce-implementation-custom", 0, "custom"),
         (CollectiveKind.REDUCE_SCATTER, "all-reduce-implementation-custom", 0, "p2p"),
+        (CollectiveKind.ALL_TO_ALL, "all-to-all-implementation-custom", 6, "custom"),
+        (CollectiveKind.GATHER, "all-reduce-implementation-custom", 0, "p2p"),
     ],
 )
 def test_bundle_wires_the_custom_key_and_workload(tmp_path, kind, key, comm_type, route):

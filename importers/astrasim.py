@@ -1,0 +1,174 @@
+"""ASTRA-sim analytical network configs (``network.yml``) as Topologies.
+
+What the file means, as ASTRA-sim's analytical backend reads it
+(astra-network-analytical: ``NetworkParser``, the basic topologies and the
+congestion-unaware ``MultiDimTopology``):
+
+* ``topology``, ``npus_count``, ``bandwidth``, ``latency``: lists with one entry
+  per dimension. Names are ``Ring``, ``FullyConnected`` and ``Switch`` (case
+  matters); ``npus_count`` > 1, bandwidth > 0 in GB/s of 2**30 bytes, latency
+  >= 0 in ns. Lists of different lengths are an error.
+* NPU ids: dimension 0 varies fastest, ``id = sum(coord[d] * prod(npus_count[:d]))``.
+  A dimension's groups are the NPUs that differ only in that coordinate.
+* ``Ring``: bidirectional (the backend's default), a cable between neighbours and
+  between the last and the first (a ring of two is a single cable).
+* ``FullyConnected``: a directed link for every ordered pair in the group.
+* ``Switch``: one switch per group with a cable to each NPU of the group. The
+  switches are numbered after all NPUs, dimension by dimension, groups in the
+  order of their first NPU; for one dimension that is ASTRA-sim's own switch id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tacos.errors import TacosError
+from tacos.exporters.astra_config import AnalyticalNetwork
+from tacos.importers.base import TopologyImport, cable
+from tacos.topology import Link, Topology
+
+FORMAT_NAME = "ASTRA-sim analytical network"
+KINDS = ("Ring", "FullyConnected", "Switch")
+KEYS = ("topology", "npus_count", "bandwidth", "latency")
+
+
+def read_network(text: str, source: str) -> TopologyImport:
+    """The topology a network.yml describes; errors name the file, line and key."""
+    dims = parse_network(text, source)
+    notes = [
+        f"dimension {d}: {dim.kind} of {dim.npus} NPUs, {dim.bandwidth_GBps:g} GB/s, "
+        f"{dim.latency_ns:g} ns"
+        for d, dim in enumerate(dims)
+    ]
+    if len(dims) > 1:
+        notes.append(
+            "ASTRA-sim's congestion-aware backend runs one dimension only; "
+            "use its congestion-unaware backend for this network"
+        )
+    return TopologyImport(build_topology(dims, Path(source).stem), FORMAT_NAME, notes=tuple(notes))
+
+
+def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:
+    """The dimensions of a network.yml, checked as ASTRA-sim checks them."""
+    node, data = _load_yaml(text, source)
+    if not (isinstance(node, yaml.MappingNode) and isinstance(data, dict)):
+        raise TacosError(f"{source}: expected a mapping with the keys {', '.join(KEYS)}")
+    value_nodes = {
+        key.value: value for key, value in node.value if isinstance(key, yaml.ScalarNode)
+    }
+    for key in KEYS:
+        if key not in data:
+            raise TacosError(
+                f"{source}: missing key {key!r}; an ASTRA-sim network lists "
+                f"{', '.join(KEYS)} with one entry per dimension"
+            )
+        if not isinstance(data[key], list):
+            raise TacosError(
+                f"{source}: line {_line(value_nodes[key])}: {key!r} must be a list with one "
+                f"entry per dimension, e.g. {key}: [ ... ]"
+            )
+    count = len(data["topology"])
+    if count == 0:
+        raise TacosError(f"{source}: line {_line(value_nodes['topology'])}: 'topology' is empty")
+    for key in KEYS[1:]:
+        if len(data[key]) != count:
+            raise TacosError(
+                f"{source}: line {_line(value_nodes[key])}: {key!r} has {len(data[key])} "
+                f"entries but 'topology' has {count}; give one entry per dimension"
+            )
+    dims = []
+    for d in range(count):
+
+        def where(key: str, d: int = d) -> str:
+            return f"{source}: line {_line(value_nodes[key], d)}: {key}[{d}]"
+
+        kind = data["topology"][d]
+        if kind not in KINDS:
+            raise TacosError(
+                f"{where('topology')}: unknown topology {kind!r}; ASTRA-sim's analytical "
+                f"backend knows {', '.join(KINDS)}"
+            )
+        npus = int(_number(data["npus_count"][d], where("npus_count"), whole=True))
+        bandwidth = _number(data["bandwidth"][d], where("bandwidth"))
+        latency = _number(data["latency"][d], where("latency"))
+        if npus < 2:
+            raise TacosError(f"{where('npus_count')}: {npus} NPUs; a dimension needs at least 2")
+        if not (math.isfinite(bandwidth) and bandwidth > 0):
+            raise TacosError(f"{where('bandwidth')}: {bandwidth} GB/s must be positive")
+        if not (math.isfinite(latency) and latency >= 0):
+            raise TacosError(f"{where('latency')}: {latency} ns must be >= 0")
+        dims.append(AnalyticalNetwork(kind, npus, bandwidth, latency))
+    return dims
+
+
+def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topology:
+    """NPUs numbered as ASTRA-sim numbers them, then one switch per Switch group."""
+    sizes = [dim.npus for dim in dims]
+    total = math.prod(sizes)
+    links: list[Link] = []
+    switch = total
+    for d, dim in enumerate(dims):
+        stride = math.prod(sizes[:d])
+        latency_us = dim.latency_ns / 1000.0
+        for first in range(total):
+            if (first // stride) % dim.npus:
+                continue  # not the first NPU of its group in this dimension
+            group = [first + k * stride for k in range(dim.npus)]
+            if dim.kind == "Switch":
+                for npu in group:
+                    links += cable(npu, switch, dim.bandwidth_GBps, latency_us)
+                switch += 1
+            elif dim.kind == "Ring":
+                neighbours = range(dim.npus if dim.npus > 2 else 1)
+                for k in neighbours:
+                    links += cable(
+                        group[k], group[(k + 1) % dim.npus], dim.bandwidth_GBps, latency_us
+                    )
+            else:
+                links += [
+                    Link(a, b, dim.bandwidth_GBps, latency_us)
+                    for a in group
+                    for b in group
+                    if a != b
+                ]
+    return Topology(total, tuple(links), switch - total, name)
+
+
+def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree (for line numbers) and its Python value, safely."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise TacosError(f"{source}:{where} not valid YAML ({problem})") from None
+    finally:
+        loader.dispose()
+
+
+def _line(node: yaml.Node, item: int | None = None) -> int:
+    """1-based line of a value, or of one item of a block list."""
+    if item is not None and isinstance(node, yaml.SequenceNode) and item < len(node.value):
+        node = node.value[item]
+    return int(node.start_mark.line) + 1
+
+
+def _number(value: Any, where: str, *, whole: bool = False) -> float:
+    """A number as ASTRA-sim's YAML reader takes it: quoted or not, never a boolean."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TacosError(f"{where}: {value!r} is not a number") from None
+    if whole and not number.is_integer():
+        raise TacosError(f"{where}: {value!r} is not a whole number")
+    return number
