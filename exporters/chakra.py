@@ -66,8 +66,15 @@ def rank_traces(schedule: Schedule) -> dict[int, Trace]:
         nodes = _program_nodes(schedule, npu, program.steps if program else (), nbytes)
         if not nodes:
             nodes.append(Node(id=0, name="idle", type=NodeType.COMP_NODE, duration_micros=0))
-        traces[npu] = (GlobalMetadata(version=CHAKRA_VERSION), nodes)
+        traces[npu] = (_metadata(schedule), nodes)
     return traces
+
+
+def _metadata(schedule: Schedule) -> GlobalMetadata:
+    """Version plus the collective the traces implement, for importers (ASTRA-sim ignores it)."""
+    return GlobalMetadata(
+        version=CHAKRA_VERSION, attr=[attr("collective", schedule.collective.kind.value)]
+    )
 
 
 def _program_nodes(

@@ -262,9 +262,9 @@ def _step_attributes(position: int, step: _Step) -> dict[str, object]:
         dst: Slot = ("o", -1)
         cnt = 0
     else:
-        src = step.src or step.dst or ("i", -1)
-        dst = step.dst or src
-        cnt = step.cnt
+        used = step.src or step.dst
+        assert used is not None
+        src, dst, cnt = step.src or used, step.dst or used, step.cnt
     wait = step.waits[-1] if step.waits else None
     return {
         "s": position,
@@ -298,6 +298,9 @@ def lower(schedule: Schedule, options: MscclOptions | None = None) -> MscclProgr
 
 
 class _Lowering:
+    """The decisions of the module docstring, in order: messages, slots, threadblocks,
+    merging, waits, numbering."""
+
     def __init__(self, schedule: Schedule, options: MscclOptions) -> None:
         self.schedule, self.options = schedule, options
         self.spec = schedule.collective
@@ -320,7 +323,7 @@ class _Lowering:
         plans = [_SlotPlan(self.layout, g, self.messages) for g in range(spec.num_ranks)]
         gpus = []
         for rank, plan in enumerate(plans):
-            gpu = _Gpu(rank, layout.sizes(rank, plan.scratch))
+            gpu = _Gpu(rank, layout.sizes(plan.scratch))
             gpu.threadblocks = self._threadblocks(rank, plan)
             gpus.append(gpu)
         cap = FIFO_CALLS[self.options.proto] // 2
@@ -369,7 +372,9 @@ class _Lowering:
         excess = len(pairs) + len(lone_recvs) + len(lone_sends) - self.runtime.max_threadblocks
         for chan, q in list(lone_recvs):
             partner = next((k for k in lone_sends if k[0] == chan), None)
-            if excess <= 0 or partner is None:
+            if excess <= 0:
+                break
+            if partner is None:
                 continue
             pairs[(chan, q)] = partner[1]
             lone_recvs.remove((chan, q))
@@ -598,7 +603,8 @@ class _Layout:
             return ("o", source * self.per_rank + chunk % self.per_rank)
         return ("o", chunk)
 
-    def sizes(self, rank: int, scratch: int) -> dict[str, int]:
+    def sizes(self, scratch: int) -> dict[str, int]:
+        """Chunks of each buffer as the gpu element declares them."""
         small_input = self.kind in (K.ALL_GATHER, K.GATHER)
         small_output = self.kind in (K.REDUCE_SCATTER, K.SCATTER)
         return {
@@ -618,7 +624,12 @@ class _Receive:
 
 
 class _SlotPlan:
-    """One rank's buffer slots for every message end, from its events in time order."""
+    """One rank's buffer slots for every message end, from its events in time order.
+
+    ``recv``/``send_src`` map message indices to slots; ``copies`` are start-up
+    copies (src, dst, cnt) of data a rank holds but never receives, to where its
+    output must be; ``scratch`` counts the scratch chunks relayed data needs.
+    """
 
     def __init__(self, layout: _Layout, rank: int, messages: Sequence[_Message]) -> None:
         self.rank = rank
@@ -649,8 +660,6 @@ class _SlotPlan:
             work = final or ("s", scratch.get(chunk, -1))
             self._walk(chunk, chunk_events, where, work, kept=final is not None)
         self.copies = _contiguous(copies)
-        """Start-up copies (src, dst, cnt): data a rank has but never receives, moved to
-        where its output must be."""
 
     def _walk(
         self,
@@ -760,6 +769,12 @@ def _add_waits(gpu: _Gpu) -> None:
     )
     position_of = {id(step): position for _, _, position, step in order}
     tb_index_of = {id(tb): index for index, tb in enumerate(gpu.threadblocks)}
+
+    def rank(step: _Step) -> tuple[Key, int, int]:
+        """The canonical order, made total (start-up copies share a key)."""
+        assert step.tb is not None
+        return step.key, tb_index_of[id(step.tb)], position_of[id(step)]
+
     last_write: dict[Slot, _Step] = {}
     reads_since: dict[Slot, list[_Step]] = defaultdict(list)
     known_after: dict[int, dict[int, int]] = {}
@@ -773,8 +788,8 @@ def _add_waits(gpu: _Gpu) -> None:
         for slot in writes:
             conflicts.extend(reads_since[slot])
         known = dict(known_in_tb[tb_index])
-        for other in sorted(set(conflicts), key=lambda s: s.key, reverse=True):
-            assert other.tb is not None and step.tb is not None
+        for other in sorted({id(s): s for s in conflicts}.values(), key=rank, reverse=True):
+            assert other.tb is not None
             if other.tb is step.tb:
                 continue
             other_tb = tb_index_of[id(other.tb)]
@@ -793,7 +808,7 @@ def _add_waits(gpu: _Gpu) -> None:
             last_write[slot] = step
             reads_since[slot] = []
     for step in (s for tb in gpu.threadblocks for s in tb.steps):
-        step.waits.sort(key=lambda s: s.key)
+        step.waits.sort(key=rank)
 
 
 # ================================================================ merging

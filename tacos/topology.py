@@ -364,7 +364,8 @@ def from_spec(
     match = _SPEC.match(spec.strip().lower())
     if not match:
         raise TacosError(
-            f"unknown topology {spec!r}: use a file (.csv, .json) or one of {', '.join(SPEC_KINDS)}"
+            f"unknown topology {spec!r}: use a file (.csv, .json, ASTRA-sim .yml, ns-3 .txt, "
+            f"htsim .topo) or one of {', '.join(SPEC_KINDS)}"
         )
     kind, args = match["kind"], match["args"]
     numbers = [int(x) for x in args.split("x") if x]

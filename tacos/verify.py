@@ -181,8 +181,12 @@ def _check_data(schedule: Schedule, report: VerificationReport) -> None:
         if got != expected:
             missing = [spec.ranks[p] for p in range(spec.num_ranks) if (expected & ~got) >> p & 1]
             extra = [spec.ranks[p] for p in range(spec.num_ranks) if (got & ~expected) >> p & 1]
-            what = f"missing contributions of rank(s) {missing[:5]}" if missing else ""
-            what += ("; " if what else "") + (f"extra contributions {extra[:5]}" if extra else "")
+            problems = []
+            if missing:
+                problems.append(f"missing contributions of rank(s) {missing[:5]}")
+            if extra:
+                problems.append(f"extra contributions of rank(s) {extra[:5]}")
+            what = "; ".join(problems)
             report.fail(f"postcondition: rank {node} ends without the right chunk {chunk} ({what})")
 
 

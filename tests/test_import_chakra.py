@@ -264,11 +264,22 @@ def test_a_switch_schedule_imported_without_its_switch_still_verifies(tmp_path, 
     assert tacos.verify(imported).ok
 
 
+def test_our_traces_name_their_collective(tmp_path):
+    topology = tacos.from_spec("ring:4")
+    schedule = tacos.synthesize(topology, Collective(CollectiveKind.GATHER, (0, 1, 2, 3)))
+    imported = import_schedule(export_bundle(schedule, tmp_path / "b"))
+    assert imported.collective.kind is CollectiveKind.GATHER
+
+
 def test_traces_that_do_not_name_their_collective_need_one(tmp_path):
     topology = tacos.from_spec("ring:4")
     schedule = tacos.synthesize(topology, Collective(CollectiveKind.ALL_GATHER, (0, 1, 2, 3)))
+    prefix = export_bundle(schedule, tmp_path / "b")
+    for path in prefix.parent.glob("*.et"):
+        _, nodes = read_et(path)
+        write_et(path, GlobalMetadata(version=CHAKRA_VERSION), nodes)
     with pytest.raises(TacosError, match="no 'collective' attribute .*; pass --collective"):
-        import_schedule(export_bundle(schedule, tmp_path / "b"))
+        import_schedule(prefix)
 
 
 # --------------------------------------------------- lineage on hand-made traces
