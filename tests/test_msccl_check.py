@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
+from paths import REFERENCE_DIR
 
 from tacos.errors import TacosError
 from tacos.importers import msccl
-from tests.paths import REFERENCE_DIR
 
 MSCCL_DIR = REFERENCE_DIR / "msccl"
 REFERENCE_XMLS = sorted(MSCCL_DIR.glob("*.xml"))

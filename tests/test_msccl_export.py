@@ -8,7 +8,10 @@ symbolic buffer contents against the collective's postcondition.
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,3 +309,20 @@ def test_the_sample_is_what_its_documented_command_writes_today(tmp_path, capsys
     assert (sample / name).read_bytes() == (tmp_path / name).read_bytes()
     assert f"tacos-export {' '.join(argv)} -o samples/msccl/" in (sample / "README.md").read_text()
     assert checker.check(checker.load(sample / name)).ok
+
+
+def test_exports_are_byte_identical_across_processes(tmp_path):
+    """No hash-seed or memory-address order leaks into the file."""
+    script = (
+        "import sys; from tacos.cli import export_main; sys.exit(export_main(["
+        "'--format', 'msccl', '--topology', 'torus2d:3x3', '--collective', 'all-gather', "
+        "'--chunks-per-npu', '3', '--nchannels', '2', '--proto', 'LL', '-q', "
+        "'-o', sys.argv[1]]))"
+    )
+    outputs = []
+    for hash_seed in ("1", "2"):
+        target = tmp_path / f"run{hash_seed}.xml"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-c", script, str(target)], check=True, env=env)
+        outputs.append(target.read_bytes())
+    assert outputs[0] == outputs[1]

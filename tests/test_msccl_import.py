@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from paths import REFERENCE_DIR
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import msccl as exporter
 from tacos.importers import msccl
-from tests.paths import REFERENCE_DIR
 
 K = CollectiveKind
 REFERENCE_XMLS = sorted((REFERENCE_DIR / "msccl").glob("*.xml"))
