@@ -263,10 +263,11 @@ def _ref(gpu: Gpu | int, tb: ThreadBlock, step: Step) -> StepRef:
 def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
     """Read an MSCCL XML file (a path) or document (bytes) without trusting it.
 
-    Entities are never resolved and nothing is fetched from the network; a
-    DOCTYPE is refused outright. Raises :class:`TacosError` (naming the file
-    and line) when the text is not XML or lacks what every runtime needs to
-    read it; what only some runtimes reject is left to :func:`check`.
+    A DOCTYPE (the only place entities can be declared) is refused before
+    parsing, and the parser would neither resolve entities nor use the network.
+    Raises :class:`TacosError` (naming the file and line) when the text is not
+    XML or lacks what every runtime needs to read it; what only some runtimes
+    reject is left to :func:`check`.
     """
     if isinstance(source, bytes):
         data, where = source, name or "<xml>"
@@ -295,9 +296,6 @@ def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
         root = etree.fromstring(data, parser)
     except etree.XMLSyntaxError as err:
         raise TacosError(f"{where}:{err.lineno}: not well-formed XML: {err.msg}") from None
-    for node in root.iter():
-        if isinstance(node, etree._Entity):
-            raise TacosError(f"{where}:{node.sourceline}: entity references are refused")
     return _Reader(where, errors, warnings).algorithm(root)
 
 
@@ -404,14 +402,14 @@ class _Reader:
             source=self.where,
             name=root.get("name"),
             proto=self.text(root, "proto"),
-            nchannels=self.int(root, "nchannels"),
-            nchunksperloop=self.int(root, "nchunksperloop"),
-            ngpus=self.int(root, "ngpus"),
+            nchannels=self.integer(root, "nchannels"),
+            nchunksperloop=self.integer(root, "nchunksperloop"),
+            ngpus=self.integer(root, "ngpus"),
             coll=self.text(root, "coll"),
-            inplace=self.int(root, "inplace"),
-            outofplace=self.int(root, "outofplace", required=False),
-            min_bytes=self.int(root, "minBytes", required=False),
-            max_bytes=self.int(root, "maxBytes", required=False),
+            inplace=self.integer(root, "inplace"),
+            outofplace=self.optional_integer(root, "outofplace"),
+            min_bytes=self.optional_integer(root, "minBytes"),
+            max_bytes=self.optional_integer(root, "maxBytes"),
             gpus=gpus,
             format_errors=tuple(self.errors),
             format_warnings=tuple(self.warnings),
@@ -419,10 +417,10 @@ class _Reader:
 
     def gpu(self, node: Any) -> Gpu:
         return Gpu(
-            self.int(node, "id"),
-            self.int(node, "i_chunks"),
-            self.int(node, "o_chunks"),
-            self.int(node, "s_chunks"),
+            self.integer(node, "id"),
+            self.integer(node, "i_chunks"),
+            self.integer(node, "o_chunks"),
+            self.integer(node, "s_chunks"),
             tuple(self.threadblock(tb) for tb in self.children(node, "tb")),
             node.sourceline,
         )
@@ -430,10 +428,10 @@ class _Reader:
     def threadblock(self, node: Any) -> ThreadBlock:
         steps = tuple(self.step(i, s) for i, s in enumerate(self.children(node, "step")))
         return ThreadBlock(
-            self.int(node, "id"),
-            self.int(node, "send"),
-            self.int(node, "recv"),
-            self.int(node, "chan"),
+            self.integer(node, "id"),
+            self.integer(node, "send"),
+            self.integer(node, "recv"),
+            self.integer(node, "chan"),
             steps,
             node.sourceline,
         )
@@ -445,16 +443,16 @@ class _Reader:
             )
         return Step(
             index,
-            self.int(node, "s"),
+            self.integer(node, "s"),
             self.text(node, "type"),
             self.text(node, "srcbuf"),
-            self.int(node, "srcoff"),
+            self.integer(node, "srcoff"),
             self.text(node, "dstbuf"),
-            self.int(node, "dstoff"),
-            self.int(node, "cnt"),
-            self.int(node, "depid"),
-            self.int(node, "deps"),
-            self.int(node, "hasdep"),
+            self.integer(node, "dstoff"),
+            self.integer(node, "cnt"),
+            self.integer(node, "depid"),
+            self.integer(node, "deps"),
+            self.integer(node, "hasdep"),
             node.sourceline,
         )
 
@@ -477,9 +475,10 @@ class _Reader:
             )
         return str(value)
 
-    def int(self, node: Any, name: str, *, required: bool = True) -> Any:
-        if not required and node.get(name) is None:
-            return None
+    def optional_integer(self, node: Any, name: str) -> int | None:
+        return None if node.get(name) is None else self.integer(node, name)
+
+    def integer(self, node: Any, name: str) -> int:
         text = self.text(node, name)
         try:
             value = int(text, 10)
@@ -650,8 +649,8 @@ def _smallest_max_allowed_count(algorithm: Algorithm) -> int:
     limit = _max_bytes(algorithm)
     if limit is None:
         return 1
-    per_chunk = math.ceil(limit / max(1, algorithm.nchunksperloop))
-    return max(1, min(MAX_COUNT, CHUNK_EFFECTIVE_BYTES.get(algorithm.proto, 1) // per_chunk))
+    per_chunk = math.ceil(limit / algorithm.nchunksperloop)
+    return max(1, min(MAX_COUNT, CHUNK_EFFECTIVE_BYTES[algorithm.proto] // per_chunk))
 
 
 class _Structure:

@@ -124,10 +124,17 @@ def test_the_verifier_rejects_a_switch_that_replicates_or_reduces():
     topo = from_spec("switch:3")
     schedule = tacos.synthesize(topo, Collective(CollectiveKind.ALL_GATHER, (0, 1, 2)))
     out_of_switch = next(t for t in schedule.transfers if topo.is_switch(t.src))
-    copy = replace(out_of_switch, link=next(
+    other_link = next(
         i for i, lk in enumerate(topo.links) if lk.src == 3 and lk.dst != out_of_switch.dst
-    ), dst=next(lk.dst for lk in topo.links if lk.src == 3 and lk.dst != out_of_switch.dst))  # fmt: skip
-    copy = replace(copy, start=copy.end + 50, end=copy.end + 50 + (copy.end - copy.start))
+    )
+    late = out_of_switch.end + 50
+    copy = replace(
+        out_of_switch,
+        link=other_link,
+        dst=topo.links[other_link].dst,
+        start=late,
+        end=late + (out_of_switch.end - out_of_switch.start),
+    )
     replicated = Schedule(topo, schedule.collective, [*schedule.transfers, copy])
     assert any("replicate" in e for e in tacos.verify(replicated).errors)
     into_switch = [
