@@ -323,6 +323,9 @@ def test_exports_are_byte_identical_across_processes(tmp_path):
     for hash_seed in ("1", "2"):
         target = tmp_path / f"run{hash_seed}.xml"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        subprocess.run([sys.executable, "-c", script, str(target)], check=True, env=env)
+        # cwd outside the checkout: "python -c" puts the cwd first on sys.path
+        subprocess.run(
+            [sys.executable, "-c", script, str(target)], check=True, env=env, cwd=tmp_path
+        )
         outputs.append(target.read_bytes())
     assert outputs[0] == outputs[1]
