@@ -16,6 +16,9 @@ keeps each link in the schedule's order:
   the send is followed by a zero-length COMP_NODE with the same dependencies
   (it completes 1 ns after the send is issued), and the next send through that
   uplink waits for it: issue order = schedule order, at 1 ns per send.
+* A schedule made for one-port NPUs (``sends_in_flight=1``) chains every send of
+  an NPU to the previous one instead, which both ASTRA-sim routes then replay
+  exactly as the schedule says.
 
 An NPU without transfers gets one zero-length COMP_NODE, since ASTRA-sim never
 finishes an empty trace.
@@ -38,6 +41,8 @@ from tacos.output import atomic_directory, write_text_atomic
 from tacos.schedule import Op, RankStep, Schedule, StepKind
 
 FORMAT_NAME = "chakra"
+PORT = -1
+"""Queue key of an NPU's one port, for schedules made with one send in flight per NPU."""
 CHUNK_ATTRIBUTE = "tacos_chunk"
 """Which collective chunk a send or receive moves (int64). ASTRA-sim ignores it; importers
 use it to recover the data each message carries without guessing."""
@@ -83,7 +88,8 @@ def _program_nodes(
     """The ET nodes of one NPU, in step order."""
     nodes: list[Node] = []
     produced_by: dict[int, int] = {}  # message (last hop) -> node id holding its data here
-    link_order: dict[int, int] = {}  # first link -> node the next send on it must wait for
+    previous_send: dict[int, int] = {}  # first link (or PORT) -> node the next send waits for
+    one_port = schedule.sends_in_flight == 1
     for step in steps:
         what = f"chunk {step.chunk} (transfer {step.transfer})"
         if step.kind is StepKind.RECV:
@@ -107,8 +113,9 @@ def _program_nodes(
             continue
         deps = {produced_by[d] for d in step.waits_for}
         link = schedule.transfers[step.hops[0]].link
-        if link in link_order:
-            deps.add(link_order[link])
+        queue = PORT if one_port else link  # what this send must wait its turn on
+        if queue in previous_send:
+            deps.add(previous_send[queue])
         nodes.append(
             _comm_node(
                 len(nodes),
@@ -121,8 +128,8 @@ def _program_nodes(
                 deps=sorted(deps),
             )  # fmt: skip
         )
-        if len(step.hops) == 1:
-            link_order[link] = nodes[-1].id
+        if one_port or len(step.hops) == 1:
+            previous_send[queue] = nodes[-1].id
         else:
             marker = Node(
                 id=len(nodes),
@@ -133,7 +140,7 @@ def _program_nodes(
                 attr=[attr("is_cpu_op", False)],
             )
             nodes.append(marker)
-            link_order[link] = marker.id
+            previous_send[queue] = marker.id
     return nodes
 
 

@@ -13,12 +13,14 @@ schedule (a time-ordered list of chunk transfers) takes five decisions:
   it in place (``rrc`` with src = the current partial); the first one reads
   the rank's own input, so the input buffer is never written. The same file
   is right for in-place calls, where the runtimes alias input and output
-  (AG: ``i[c] = o[r*C+c]``, RS: ``o[c] = i[r*C+c]``, others ``o = i``):
-  All-Gather-like collectives start with a ``cpy`` of the rank's input to its
-  output place (a no-op in place), and every later read uses the output. The
-  executor file therefore serves both call kinds (All-to-All only
-  out-of-place: its in-place aliasing overwrites unsent input); the legacy
-  runtime takes one kind per file and gets ``inplace="1"``.
+  (AG: ``i[c] = o[r*C+c]``, RS: ``o[c] = i[r*C+c]``, others ``o = i``): data
+  a rank holds from the start but never receives (its own All-Gather chunks,
+  a broadcast root's buffer) is first copied (``cpy``) to its output place, a
+  no-op in place, and every later read uses the output. The executor file
+  therefore serves both call kinds (All-to-All only out-of-place: its
+  in-place aliasing overwrites unsent input). The legacy runtime takes one
+  kind per file: it gets ``inplace="1"`` and no copy where input and output
+  are the same memory.
 * **Threadblocks.** Transfers of chunk ``c`` use channel ``c % nchannels``,
   so a chunk's whole route stays on one channel. Per GPU and channel there is
   one stream of receives per peer and one of sends per peer; a receive stream
@@ -34,7 +36,9 @@ schedule (a time-ordered list of chunk transfers) takes five decisions:
   since a link carries one transfer at a time, a connection never holds more
   than two unreceived calls (one send plus one forwarded early by a fused
   step): Simple's two-call buffers suffice at any message size. Merged steps
-  (below) stay within half of LL's eight.
+  (below) stay within half of LL's eight. The export counts the calls queued
+  on every connection along that order and refuses a program that would
+  exceed its buffers (parallel links between two GPUs can).
 * **Dependencies.** Each GPU's accesses to each buffer slot are replayed in
   that order; a step waits (``depid``/``deps``) for the last write of every
   slot it touches and, when it writes, for the reads since, if another
@@ -48,8 +52,8 @@ schedule (a time-ordered list of chunk transfers) takes five decisions:
   merged Simple step can overfill its two-call buffer.
 
 When a limit of the runtime cannot be met (steps per threadblock,
-threadblocks per GPU, channels, ``depid`` range, XML elements per rank) the
-export fails with a message naming the limit and what to change.
+threadblocks per GPU, peers per channel, ``depid`` range, XML elements per
+rank, connection buffers) the export fails with a message naming the limit and what to change.
 :mod:`tacos.importers.msccl` checks the result independently.
 
 ``-o DIR`` writes ``DIR/<name>.xml``; ``-o FILE.xml`` writes that file.
@@ -326,9 +330,10 @@ class _Lowering:
             gpu = _Gpu(rank, layout.sizes(plan.scratch))
             gpu.threadblocks = self._threadblocks(rank, plan)
             gpus.append(gpu)
-        cap = FIFO_CALLS[self.options.proto] // 2
-        if cap > 1:
-            _merge_runs(gpus, self.send_step, self.recv_step, cap)
+        capacity = FIFO_CALLS[self.options.proto]
+        if capacity // 2 > 1:
+            _merge_runs(gpus, self.send_step, self.recv_step, capacity // 2)
+        _check_buffering(gpus, self.options.proto)
         for gpu in gpus:
             _add_waits(gpu)
             self._number(gpu)
@@ -748,6 +753,37 @@ def _fusion_weights(
             if previous < recv.key(True) and next_recv[recv.index] > send.key(False):
                 weights[(chan, recv.src, peer)] += 1
     return weights
+
+
+def _check_buffering(gpus: Sequence[_Gpu], proto: str) -> None:
+    """Refuse programs whose connections would need more buffered calls than ``proto`` has.
+
+    In the canonical order every step's waits and messages come first, so the
+    program cannot deadlock if, along that order, no connection ever holds
+    more calls than it buffers (counting ``cnt`` calls per step, as for the
+    largest messages). Exclusive links keep this at two calls; parallel links
+    between two GPUs can exceed it.
+    """
+    capacity = FIFO_CALLS[proto]
+    changes: dict[tuple[int, int, int], list[tuple[Key, int]]] = defaultdict(list)
+    for gpu in gpus:
+        for tb in gpu.threadblocks:
+            for step in tb.steps:
+                if step.sends:
+                    changes[(gpu.id, tb.send, tb.chan)].append((step.key, len(step.sends)))
+                if step.recvs:
+                    changes[(tb.recv, gpu.id, tb.chan)].append((step.key, -len(step.recvs)))
+    for (src, dst, chan), steps in sorted(changes.items()):
+        queued = 0
+        for _, change in sorted(steps):
+            queued += change
+            if queued > capacity:
+                raise TacosError(
+                    f"gpu {src} would queue {queued} calls to gpu {dst} on channel {chan}, but "
+                    f"a {proto} connection buffers {capacity} (several messages share a "
+                    "connection at once, e.g. over parallel links); use --proto LL or LL128 "
+                    "(8 calls) or more --nchannels"
+                )
 
 
 # ================================================================ dependencies

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from tacos.collective import CollectiveKind
 from tacos.errors import TacosError
-from tacos.importers import astrasim, chakra, htsim, ns3
+from tacos.importers import astrasim, chakra, htsim, msccl, ns3
 from tacos.importers.base import TopologyImport
 from tacos.schedule import Schedule
 from tacos.topology import Topology
@@ -46,8 +46,11 @@ TOPOLOGY_IMPORTERS: dict[str, TopologyReader] = {
     ".txt": ns3.read_topology,
     ".topo": htsim.read_topology,
 }
-SCHEDULE_IMPORTERS: dict[str, ScheduleReader] = {chakra.FORMAT_NAME: chakra.import_schedule}
-SCHEDULE_SUFFIXES: dict[str, str] = {".et": chakra.FORMAT_NAME}
+SCHEDULE_IMPORTERS: dict[str, ScheduleReader] = {
+    chakra.FORMAT_NAME: chakra.import_schedule,
+    "msccl": msccl.import_schedule,
+}
+SCHEDULE_SUFFIXES: dict[str, str] = {".et": chakra.FORMAT_NAME, ".xml": "msccl"}
 """File suffix -> schedule format; any other path is taken for a Chakra ET prefix."""
 
 

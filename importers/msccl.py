@@ -4,7 +4,9 @@ The GPU runtimes that execute these files (the legacy NCCL-MSCCL interpreter,
 the MSCCL executor and RCCL) parse them by hand and run them without checking
 that they are right: a wrong file hangs the job or returns wrong sums. This
 module checks a file the way those runtimes would run it, from the XML alone
-(it shares no code with our exporter, so it can judge the exporter's output):
+(``tacos verify --format msccl FILE.xml``). It does not use our exporter, so
+it can judge the exporter's output; the exporter takes the runtime facts
+(limits, step semantics, in-place aliasing) from here:
 
 * **format** -- what the hand-written tokenizers reject although a standard
   XML parser accepts it (an ``<?xml?>`` declaration, tabs, attributes over
@@ -30,13 +32,13 @@ module checks a file the way those runtimes would run it, from the XML alone
   every mode the file serves (in-place, where input and output alias as the
   runtimes lay them out, and out-of-place).
 
-Because blocked steps stay blocked until their own threadblock runs them (a
-connection has one sender and one receiver threadblock, flags only grow), the
-steps that complete do not depend on the order in which threadblocks run:
-executing one order decides deadlock for all (a Kahn process network). The
-interpreters replay the whole program once per slice of the buffer, but a
-later replay only ever waits for steps of the same replay, so one replay
-decides it too.
+Because a step that can run stays runnable until its own threadblock runs it
+(a connection has one sender and one receiver threadblock, flags only grow),
+the steps that complete do not depend on the order in which threadblocks
+run: executing one order decides deadlock for all (a Kahn process network).
+The interpreters replay the whole program once per slice of the buffer, but
+a later replay's messages queue behind the earlier one's and its waits are
+for steps of the same replay, so one replay decides it too.
 
 :func:`execute` also yields an event trace: every chunk each receive step
 took, with the earlier receives whose data it carried. :func:`to_schedule`
@@ -45,7 +47,9 @@ connected topology, which :func:`tacos.verify` can check.
 
 Example:
     >>> report = check(load(Path("ag_ring_8ch2_Simple.xml")))  # doctest: +SKIP
-    >>> report.ok, report.summary()  # doctest: +SKIP
+    >>> print(report.summary())  # doctest: +SKIP
+    OK: allgather on 8 GPUs for the legacy runtime; in-place: race-free, postcondition holds; ...
+    >>> schedule = to_schedule(load(Path("ag_ring_8ch2_Simple.xml")))  # doctest: +SKIP
 """
 
 from __future__ import annotations

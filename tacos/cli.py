@@ -170,6 +170,9 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. piped into head: stop quietly, as Unix tools do
+        sys.stderr.close()
+        return 0
 
 
 # ---------------------------------------------------------------- arguments
@@ -215,6 +218,11 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
             default="rarest",
             help="which eligible chunk a link sends: rarest (default) or random (plain TACOS)",
         )
+        parser.add_argument(
+            "--one-port",
+            action="store_true",
+            help="each NPU sends one message at a time (as ASTRA-sim's standalone workload runs)",
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -251,7 +259,12 @@ def _synthesize_from_args(args: argparse.Namespace) -> tuple[list[Schedule], flo
     started = time.perf_counter()
     with _progress_bar(quiet=args.quiet) as progress:
         schedules = synthesize_tenants(
-            topology, collectives, seed=args.seed, policy=args.policy, progress=progress
+            topology,
+            collectives,
+            seed=args.seed,
+            policy=args.policy,
+            sends_in_flight=1 if args.one_port else None,
+            progress=progress,
         )
     return schedules, time.perf_counter() - started
 
@@ -379,6 +392,7 @@ def _verify_msccl(args: argparse.Namespace) -> int:
         "runtime": report.runtime,
         "collective": report.coll,
         "ngpus": report.ngpus,
+        "root": report.root,
         "checked": report.checked,
         "error_count": report.error_count,
         "errors": report.errors,

@@ -122,21 +122,13 @@ class Schedule:
         that entered the fabric to the NPU that left it. Switches forward each
         arrival exactly once (the verifier checks it), so chains are unique.
         """
-        chains = []
-        for index, t in enumerate(self.transfers):
-            if self.topology.is_switch(t.dst):
-                continue
-            chain = [index]
-            while self.topology.is_switch(self.transfers[chain[0]].src):
-                deps = self.transfers[chain[0]].deps
-                if len(deps) != 1:
-                    raise TacosError(
-                        f"transfer {chain[0]} leaves a switch without exactly one incoming "
-                        "transfer to forward; the schedule does not verify"
-                    )
-                chain.insert(0, deps[0])
-            chains.append(tuple(chain))
-        return chains
+        return message_chains(self.transfers, self.topology)
+
+    @property
+    def sends_in_flight(self) -> int | None:
+        """The NPU port limit the schedule was made for (None: unlimited)."""
+        value = self.meta.get("sends_in_flight")
+        return None if value is None else int(value)
 
     def per_rank(self) -> dict[int, RankProgram]:
         """Per-NPU programs for every NPU that sends or receives.
@@ -234,6 +226,25 @@ class Schedule:
         except (OSError, UnicodeDecodeError) as err:
             raise TacosError(f"{path}: cannot read schedule: {err}") from None
         return cls.from_json(text, str(path))
+
+
+def message_chains(transfers: Sequence[Transfer], topology: Topology) -> list[tuple[int, ...]]:
+    """Transfers grouped into NPU-to-NPU messages (see :meth:`Schedule.messages`)."""
+    chains = []
+    for index, t in enumerate(transfers):
+        if topology.is_switch(t.dst):
+            continue
+        chain = [index]
+        while topology.is_switch(transfers[chain[0]].src):
+            deps = transfers[chain[0]].deps
+            if len(deps) != 1:
+                raise TacosError(
+                    f"transfer {chain[0]} leaves a switch without exactly one incoming "
+                    "transfer to forward; the schedule does not verify"
+                )
+            chain.insert(0, deps[0])
+        chains.append(tuple(chain))
+    return chains
 
 
 def save_schedules(path: str | Path, schedules: Sequence[Schedule]) -> None:

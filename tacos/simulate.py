@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tacos.errors import TacosError
-from tacos.schedule import Schedule, Transfer
+from tacos.schedule import Schedule, Transfer, message_chains
 from tacos.topology import Topology
 
 
@@ -56,20 +56,19 @@ class SimulationResult:
 
 
 def simulate(schedule: Schedule, *, sends_in_flight: int | None = None) -> SimulationResult:
-    """Replay ``schedule``; raises TacosError if its dependencies can never all be met."""
-    messages = schedule.messages() if sends_in_flight is not None else ()
-    replay = _Replay(
-        schedule.transfers,
-        schedule.topology,
-        schedule.collective.chunk_bytes,
-        sends_in_flight,
-        messages,
-    )
-    return replay.run()
+    """Replay ``schedule``; raises TacosError if its dependencies can never all be met.
+
+    ``sends_in_flight`` defaults to the port limit the schedule was made for.
+    """
+    ports = schedule.sends_in_flight if sends_in_flight is None else sends_in_flight
+    return _replay(schedule.transfers, schedule.topology, schedule.collective.chunk_bytes, ports)
 
 
 def replay_times(
-    transfers: Sequence[Transfer], topology: Topology, chunk_bytes: int
+    transfers: Sequence[Transfer],
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Start and end of every transfer when replayed as :func:`simulate` does.
 
@@ -77,8 +76,18 @@ def replay_times(
     times are by definition what the link model gives (the verifier still
     checks them independently).
     """
-    result = _Replay(transfers, topology, chunk_bytes, None, ()).run()
+    result = _replay(transfers, topology, chunk_bytes, sends_in_flight)
     return result.start_us, result.end_us
+
+
+def _replay(
+    transfers: Sequence[Transfer],
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None,
+) -> SimulationResult:
+    messages = message_chains(transfers, topology) if sends_in_flight is not None else ()
+    return _Replay(transfers, topology, chunk_bytes, sends_in_flight, messages).run()
 
 
 class _Replay:

@@ -116,3 +116,20 @@ def test_a_moved_bundle_still_runs_from_any_directory(tmp_path):
     elsewhere.mkdir()
     assert len(run_bundle(moved, "custom", cwd=elsewhere)) == 8
     assert not (elsewhere / "log").exists() and not (moved / "log").exists()
+
+
+@pytest.mark.parametrize("route", ["custom", "p2p"])
+@pytest.mark.parametrize("kind", CORE)
+@pytest.mark.parametrize("spec", ["ring:8", "ring:16", "fully-connected:8", "switch:8"])
+def test_one_port_schedules_replay_as_synthesized_on_both_routes(tmp_path, spec, kind, route):
+    topo = tacos.from_spec(spec)
+    spec_ = Collective(kind, tuple(topo.npus), 1, 2**20)
+    schedule = tacos.synthesize(topo, spec_, seed=1, sends_in_flight=1)
+    bundle = tmp_path / "bundle"
+    chakra.export(schedule, bundle, ExportOptions())
+    finish = run_bundle(bundle, route)
+    assert sorted(finish) == list(range(topo.num_npus))
+    simulated_ns = tacos.simulate(schedule).collective_time_us * 1000
+    assert max(finish.values()) == pytest.approx(simulated_ns, rel=0.06)
+    if not spec.startswith("switch"):  # direct links replay to the nanosecond
+        assert max(finish.values()) == pytest.approx(simulated_ns, abs=10)

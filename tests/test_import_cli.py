@@ -13,6 +13,8 @@ from paths import REFERENCE_DIR
 
 from tacos.chakra_io import decode_varint
 from tacos.cli import export_main, main
+from tacos.importers.chakra import load_et_set, match_messages
+from tacos.importers.msccl import import_schedule as import_msccl
 from tacos.schedule import Schedule
 from tacos.verify import verify
 
@@ -139,3 +141,18 @@ def test_malformed_inputs_give_one_line_and_exit_2(capsys, tmp_path, monkeypatch
     assert code == 2 and not out
     assert err.startswith("tacos: error: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+MSCCL_REFERENCES = sorted((REFERENCE_DIR / "msccl").glob("*.xml"))
+
+
+@pytest.mark.skipif(not MSCCL_REFERENCES, reason="no MSCCL reference files")
+@pytest.mark.parametrize("xml", MSCCL_REFERENCES, ids=lambda p: p.stem)
+def test_msccl_algorithms_convert_to_chakra_traces_whose_messages_all_match(tmp_path, xml, capsys):
+    schedule = import_msccl(xml)
+    code = export_main(
+        ["--from", "msccl", str(xml), "--format", "chakra", "-o", str(tmp_path / "b")]
+    )
+    assert code == 0, capsys.readouterr().err
+    messages = match_messages(load_et_set(tmp_path / "b" / "et" / "tacos"))
+    assert len(messages) == len(schedule.messages())

@@ -159,6 +159,31 @@ def test_receiving_before_sending_around_a_ring_deadlocks_and_shows_the_cycle():
 
 
 @needs_references
+def test_threadblocks_waiting_for_each_other_deadlock_and_show_the_cycle():
+    # the root's copy now waits for the send that waits for it
+    common = 'srcoff="0" dstbuf="o" dstoff="0" cnt="1"'
+    text = reference("bc_chain_4_Simple.xml").decode()
+    for old, new in [
+        (
+            f'<step s="0" type="cpy" srcbuf="i" {common} depid="-1" deps="-1" hasdep="1"/>',
+            f'<step s="0" type="cpy" srcbuf="i" {common} depid="1" deps="0" hasdep="1"/>',
+        ),
+        (
+            f'<step s="0" type="s" srcbuf="o" {common} depid="0" deps="0" hasdep="0"/>',
+            f'<step s="0" type="s" srcbuf="o" {common} depid="0" deps="0" hasdep="1"/>',
+        ),
+    ]:
+        assert old in text
+        text = text.replace(old, new, 1)
+    report = check_text(text)
+    assert report.errors == [
+        "deadlock with 2-call connection buffers and one call per step: "
+        "gpu 0 tb 0 step 0 (cpy) waits for gpu 0 tb 1 to finish step 0 -> "
+        "gpu 0 tb 1 step 0 (s) waits for gpu 0 tb 0 to finish step 0"
+    ]
+
+
+@needs_references
 def test_a_count_that_differs_between_sender_and_receiver_is_named():
     report = broken(
         "ag_ring_8ch2_Simple.xml",

@@ -255,6 +255,19 @@ def test_more_peers_than_a_channel_connects_cannot_be_expressed():
         exported(schedule)
 
 
+def test_messages_sharing_a_connection_at_once_are_refused_where_the_buffers_are_too_small():
+    # two cables each way between every pair: two chunks can start on one connection together
+    links = tuple(
+        Link(a, b, 50.0, 0.5) for a in range(4) for b in range(4) if a != b for _ in "xyz"
+    )
+    schedule = synthesized(Topology(4, links, name="triple-cabled"), K.ALL_REDUCE, chunks=4)
+    with pytest.raises(
+        TacosError, match=r"would queue 3 calls to gpu \d+ .* buffers 2 .*--proto LL"
+    ):
+        exported(schedule, proto="Simple")
+    assert check(exported(schedule, proto="LL"), "executor").ok
+
+
 def test_the_legacy_runtime_has_no_gather():
     schedule = synthesized(tacos.from_spec("ring:4"), K.GATHER)
     with pytest.raises(TacosError, match="legacy runtime has no gather collective"):

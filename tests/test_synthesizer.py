@@ -136,3 +136,21 @@ def test_a_subset_of_ranks_can_use_the_other_npus_as_relays():
     schedule = tacos.synthesize(topo, spec)
     assert tacos.verify(schedule).ok
     assert tacos.simulate(schedule).collective_time_us == schedule.collective_time_us
+
+
+@pytest.mark.parametrize("kind", [AG, RS, AR, CollectiveKind.ALL_TO_ALL])
+@pytest.mark.parametrize("spec", ["ring:6", "torus2d:3x3", "switch:5"])
+def test_one_port_npus_never_have_two_messages_in_flight(spec, kind):
+    topo = from_spec(spec)
+    schedule = tacos.synthesize(topo, spec_for(topo, kind, 2), sends_in_flight=1, seed=5)
+    assert tacos.verify(schedule).ok
+    assert tacos.simulate(schedule).collective_time_us == schedule.collective_time_us
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for hops in schedule.messages():
+        first, last = schedule.transfers[hops[0]], schedule.transfers[hops[-1]]
+        busy.setdefault(first.src, []).append((first.start, last.end))
+    for spans in busy.values():
+        spans.sort()
+        for (_, earlier_end), (later_start, _) in zip(spans, spans[1:], strict=False):
+            assert earlier_end <= later_start
+    assert schedule.meta["sends_in_flight"] == 1

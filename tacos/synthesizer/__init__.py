@@ -19,7 +19,7 @@ from dataclasses import replace
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
-from tacos.synthesizer.collectives import Tenants, synthesize_transfers
+from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
@@ -35,18 +35,27 @@ def synthesize(
     *,
     seed: int = 0,
     policy: ChunkPolicy = "rarest",
+    sends_in_flight: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> Schedule:
     """Run TACOS greedy link-chunk matching for ``collective`` on ``topology``.
 
     The same ``seed`` (and ``policy``, see :mod:`tacos.synthesizer.greedy`)
-    always yields the same schedule. Raises
+    always yields the same schedule. ``sends_in_flight=1`` makes every NPU send
+    one message at a time (a one-port NPU, like ASTRA-sim's standalone
+    workload route); the schedule records it and replays with it. Raises
     :class:`~tacos.errors.TacosError` when a rank is not an NPU of the
     topology or the ranks cannot all reach each other.
     """
-    return synthesize_tenants(topology, [collective], seed=seed, policy=policy, progress=progress)[
-        0
-    ]
+    (schedule,) = synthesize_tenants(
+        topology,
+        [collective],
+        seed=seed,
+        policy=policy,
+        sends_in_flight=sends_in_flight,
+        progress=progress,
+    )
+    return schedule
 
 
 def synthesize_tenants(
@@ -55,6 +64,7 @@ def synthesize_tenants(
     *,
     seed: int = 0,
     policy: ChunkPolicy = "rarest",
+    sends_in_flight: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> list[Schedule]:
     """Synthesize several collectives of one kind on disjoint ranks, sharing the links.
@@ -90,9 +100,13 @@ def synthesize_tenants(
             done += count
             progress(done, total)
 
-    rng = random.Random(seed)
-    transfers = synthesize_transfers(topology, tenants, rng, policy, on_delivery)
-    meta = {"synthesizer": SYNTHESIZER_NAME, "seed": seed, "policy": policy}
+    if sends_in_flight is not None and sends_in_flight < 1:
+        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
+    settings = Settings(random.Random(seed), policy, sends_in_flight, on_delivery)
+    transfers = synthesize_transfers(topology, tenants, settings)
+    meta: dict[str, object] = {"synthesizer": SYNTHESIZER_NAME, "seed": seed, "policy": policy}
+    if sends_in_flight is not None:
+        meta["sends_in_flight"] = sends_in_flight
     if len(tenants.specs) == 1:
         return [Schedule(topology, tenants.specs[0], transfers, meta)]
     schedules = []

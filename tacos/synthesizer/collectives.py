@@ -103,32 +103,34 @@ class Tenants:
         return [w & ~held[node] for node, w in enumerate(wants)]
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How to run the greedy: tie-breaking, chunk policy, NPU port limit, progress."""
+
+    rng: random.Random
+    policy: ChunkPolicy = "rarest"
+    sends_in_flight: int | None = None
+    on_delivery: DeliveryCallback | None = None
+
+
 def synthesize_transfers(
-    topology: Topology,
-    tenants: Tenants,
-    rng: random.Random,
-    policy: ChunkPolicy,
-    on_delivery: DeliveryCallback | None = None,
+    topology: Topology, tenants: Tenants, settings: Settings
 ) -> list[Transfer]:
     """All tenants' transfers on one timeline, in start order, chunk ids global."""
     kind = tenants.kind
     if kind is CollectiveKind.ALL_REDUCE:
-        return _all_reduce(topology, tenants, rng, policy, on_delivery)
+        return _all_reduce(topology, tenants, settings)
     if kind in MIRRORS:
-        return _reduce_by_mirroring(topology, tenants, rng, policy, on_delivery)
-    return _spread(topology, tenants, tenants.sources(), rng, policy, on_delivery=on_delivery)
+        return _reduce_by_mirroring(topology, tenants, settings)
+    return _spread(topology, tenants, tenants.sources(), settings)
 
 
 def _reduce_by_mirroring(
-    topology: Topology,
-    tenants: Tenants,
-    rng: random.Random,
-    policy: ChunkPolicy,
-    on_delivery: DeliveryCallback | None,
+    topology: Topology, tenants: Tenants, settings: Settings
 ) -> list[Transfer]:
     """The mirrored spreading collective on the transposed topology, played backwards."""
     mirror = tenants.as_kind(MIRRORS[tenants.kind])
-    spread = _spread(topology.transposed(), mirror, mirror.sources(), rng, policy, on_delivery)
+    spread = _spread(topology.transposed(), mirror, mirror.sources(), settings)
     finish = max(t.end for t in spread)
     # Played backwards, transfer X waits for the reversals of the transfers that
     # forwarded what X delivered: they bring the contributions X then passes on.
@@ -150,19 +152,15 @@ def _reduce_by_mirroring(
         for index, t in enumerate(spread)
     ]
     order = sorted(range(len(backwards)), key=lambda i: (backwards[i].start, backwards[i].link))
-    return retime_asap(renumber(backwards, order), topology, tenants.chunk_bytes)
+    return retime_asap(
+        renumber(backwards, order), topology, tenants.chunk_bytes, settings.sends_in_flight
+    )
 
 
-def _all_reduce(
-    topology: Topology,
-    tenants: Tenants,
-    rng: random.Random,
-    policy: ChunkPolicy,
-    on_delivery: DeliveryCallback | None,
-) -> list[Transfer]:
+def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> list[Transfer]:
     """Reduce-Scatter, then All-Gather of each reduced chunk from its owner."""
     scatter = tenants.as_kind(CollectiveKind.REDUCE_SCATTER)
-    reduction = _reduce_by_mirroring(topology, scatter, rng, policy, on_delivery)
+    reduction = _reduce_by_mirroring(topology, scatter, settings)
     reduced_by: dict[int, list[int]] = defaultdict(list)
     link_free_at = [0.0] * len(topology.links)
     for index, t in enumerate(reduction):
@@ -180,14 +178,7 @@ def _all_reduce(
     ]
     gather = tenants.as_kind(CollectiveKind.ALL_GATHER)
     return _spread(
-        topology,
-        gather,
-        sources,
-        rng,
-        policy,
-        on_delivery,
-        link_free_at=link_free_at,
-        earlier=reduction,
+        topology, gather, sources, settings, link_free_at=link_free_at, earlier=reduction
     )
 
 
@@ -195,9 +186,7 @@ def _spread(
     topology: Topology,
     tenants: Tenants,
     sources: Sequence[ChunkSource],
-    rng: random.Random,
-    policy: ChunkPolicy,
-    on_delivery: DeliveryCallback | None = None,
+    settings: Settings,
     *,
     link_free_at: Sequence[float] | None = None,
     earlier: Sequence[Transfer] = (),
@@ -209,11 +198,12 @@ def _spread(
         sources,
         wants,
         tenants.chunk_bytes,
-        rng,
-        policy=policy,
+        settings.rng,
+        policy=settings.policy,
         link_free_at=link_free_at,
         index_offset=len(earlier),
-        on_delivery=on_delivery,
+        on_delivery=settings.on_delivery,
+        sends_in_flight=settings.sends_in_flight,
     )
     combined = [*earlier, *spread]
     in_order = renumber(
@@ -221,4 +211,4 @@ def _spread(
         sorted(range(len(combined)), key=lambda i: (combined[i].start, combined[i].link, i)),
     )
     kept = prune(in_order, lambda t: t.op is Op.REDUCE or bool(wants[t.dst] >> t.chunk & 1))
-    return retime_asap(kept, topology, tenants.chunk_bytes)
+    return retime_asap(kept, topology, tenants.chunk_bytes, settings.sends_in_flight)

@@ -77,6 +77,7 @@ def greedy_spread(
     link_free_at: Sequence[float] | None = None,
     index_offset: int = 0,
     on_delivery: DeliveryCallback | None = None,
+    sends_in_flight: int | None = None,
 ) -> list[Transfer]:
     """Spread chunks until every node holds the chunks it wants.
 
@@ -91,6 +92,8 @@ def greedy_spread(
         index_offset: added to transfer indices used as dependencies, for schedules
             that continue an earlier list of transfers.
         on_delivery: called with how many wanted chunks arrived at each event.
+        sends_in_flight: at most this many messages outstanding per NPU (a message
+            holds its sender's port until it arrives); None for no limit.
 
     Returns:
         Transfers in the order they were decided (dependencies first; sort by
@@ -98,6 +101,7 @@ def greedy_spread(
         ended up needing; see :func:`tacos.synthesizer.timing.prune`.
     """
     state = _SpreadState(topology, list(sources), wants, chunk_bytes, rng, policy, index_offset)
+    state.ports = sends_in_flight
     for link_id, free_at in enumerate(link_free_at or ()):
         if free_at > 0:
             state.free_at[link_id] = free_at
@@ -159,6 +163,9 @@ class _SpreadState:
         self.arrived_by: dict[tuple[int, int], int] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
         self._order = 0
+        self.ports: int | None = None
+        self.outstanding: defaultdict[int, int] = defaultdict(int)
+        self.sender_of: dict[int, int] = {}  # last hop of a message -> its sending NPU
 
         self.routes_by_link: dict[int, list[Route]] = defaultdict(list)
         in_neighbours: list[set[int]] = [set() for _ in range(n)]
@@ -204,6 +211,9 @@ class _SpreadState:
                 node, chunk = transfer.dst, transfer.chunk
                 self.incoming[node] &= ~(1 << chunk)
                 self.arrived_by[(node, chunk)] = a + self.index_offset
+                sender = self.sender_of.pop(a)
+                self.outstanding[sender] -= 1
+                touched.add(sender)  # its port is free again
             bit = 1 << chunk
             if not self.holds[node] & bit:
                 self.holds[node] |= bit
@@ -214,6 +224,9 @@ class _SpreadState:
 
     def match_link(self, link_id: int, now: float) -> None:
         """Give the free link ``link_id`` one chunk over one of the routes starting on it."""
+        sender = self.topology.links[link_id].src
+        if self.ports is not None and self.outstanding[sender] >= self.ports:
+            return
         routes = self.routes_by_link[link_id]
         if len(routes) > 1:  # a switch uplink: try the destinations reached soonest first
             keyed = [(self._hop_times(r, now)[-1][1], self.rng.random(), r) for r in routes]
@@ -309,6 +322,8 @@ class _SpreadState:
             deps = (len(self.transfers) + self.index_offset,)
             self.transfers.append(transfer)
         self.push(self.transfers[-1].end, _ARRIVED, len(self.transfers) - 1, v)
+        self.sender_of[len(self.transfers) - 1] = u
+        self.outstanding[u] += 1
         self.incoming[v] |= 1 << chunk
         self.copies[chunk] += 1
 

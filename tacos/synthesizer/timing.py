@@ -34,7 +34,10 @@ def prune(transfers: Sequence[Transfer], is_goal: Callable[[Transfer], bool]) ->
 
 
 def retime_asap(
-    transfers: Sequence[Transfer], topology: Topology, chunk_bytes: int
+    transfers: Sequence[Transfer],
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
 ) -> list[Transfer]:
     """Start every transfer as early as its link and its dependencies allow.
 
@@ -42,9 +45,10 @@ def retime_asap(
     base): an NPU's link keeps the order ``transfers`` lists, a switch's link
     serves transfers in the order they became ready. ``transfers`` must be in
     start-time order. The result is sorted by the new start times (ties by
-    link, then position).
+    link, then position). ``sends_in_flight`` limits each NPU's outstanding
+    messages, as in :func:`tacos.simulate.simulate`.
     """
-    starts, ends = replay_times(transfers, topology, chunk_bytes)
+    starts, ends = replay_times(transfers, topology, chunk_bytes, sends_in_flight)
     retimed = [replace(t, start=starts[i], end=ends[i]) for i, t in enumerate(transfers)]
     order = sorted(range(len(retimed)), key=lambda i: (retimed[i].start, retimed[i].link, i))
     return renumber(retimed, order)
