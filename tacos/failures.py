@@ -14,12 +14,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tacos.errors import TacosError
+from tacos.jsonfile import load_json
 from tacos.topology import Link, Topology
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
@@ -65,12 +65,7 @@ def parse_groups(text: str) -> list[list[int]]:
     """Tenant groups: ``"0-7;8-15"``, or a JSON file holding ``[[0, 1], [2, 3]]``."""
     path = Path(text)
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as err:
-            raise TacosError(f"{text}: cannot read groups: {err}") from None
-        except json.JSONDecodeError as err:
-            raise TacosError(f"{text}: line {err.lineno} column {err.colno}: {err.msg}") from None
+        data = load_json(path, "groups")
         groups = data.get("groups") if isinstance(data, dict) else data
         if not (isinstance(groups, list) and all(isinstance(g, list) for g in groups)):
             raise TacosError(f'{text}: expected a list of NPU-id lists (or {{"groups": ...}})')

@@ -24,6 +24,7 @@ from typing import Any
 
 from tacos.collective import Collective
 from tacos.errors import TacosError
+from tacos.jsonfile import load_json, parse_json
 from tacos.output import write_text_atomic
 from tacos.topology import Topology
 
@@ -212,20 +213,11 @@ class Schedule:
 
     @classmethod
     def from_json(cls, text: str, source: str = "schedule") -> Schedule:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise TacosError(f"{source}: line {err.lineno} column {err.colno}: {err.msg}") from None
-        return cls.from_dict(data, source)
+        return cls.from_dict(parse_json(text, source), source)
 
     @classmethod
     def load(cls, path: str | Path) -> Schedule:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise TacosError(f"{path}: cannot read schedule: {err}") from None
-        return cls.from_json(text, str(path))
+        return cls.from_dict(load_json(path, "schedule"), str(path))
 
 
 def message_chains(transfers: Sequence[Transfer], topology: Topology) -> list[tuple[int, ...]]:
@@ -263,12 +255,7 @@ def save_schedules(path: str | Path, schedules: Sequence[Schedule]) -> None:
 def load_schedules(path: str | Path) -> list[Schedule]:
     """A schedule file (one tenant) or a schedule-set file (several)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise TacosError(f"{path}: cannot read schedule: {err}") from None
-    except json.JSONDecodeError as err:
-        raise TacosError(f"{path}: line {err.lineno} column {err.colno}: {err.msg}") from None
+    data = load_json(path, "schedule")
     if isinstance(data, dict) and data.get("format") == SCHEDULE_SET_FORMAT:
         if data.get("version") != SCHEDULE_VERSION:
             raise TacosError(

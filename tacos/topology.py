@@ -23,7 +23,6 @@ import contextlib
 import csv
 import io
 import itertools
-import json
 import math
 import re
 from collections import deque
@@ -36,6 +35,7 @@ from typing import Any
 import networkx as nx
 
 from tacos.errors import TacosError
+from tacos.jsonfile import parse_json
 
 GIB = 2**30
 DEFAULT_BANDWIDTH_GBPS = 50.0
@@ -444,11 +444,7 @@ def read_csv(text: str, source: str = "<csv>") -> Topology:
 
 
 def read_json(text: str, source: str = "<json>") -> Topology:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise TacosError(f"{source}: line {err.lineno} column {err.colno}: {err.msg}") from None
-    return Topology.from_dict(data, source)
+    return Topology.from_dict(parse_json(text, source), source)
 
 
 def write_csv(topology: Topology) -> str:
