@@ -52,6 +52,9 @@ def main() -> None:
     parser.add_argument("--collectives", nargs="+", default=["all-gather", "reduce-scatter",
                         "all-reduce"])  # fmt: skip
     parser.add_argument("--chunks", type=int, default=1, help="chunks per NPU")
+    parser.add_argument(
+        "--one-port", action="store_true", help="synthesize for one send in flight per NPU"
+    )
     args = parser.parse_args()
     binary = os.environ.get("ASTRA_SIM_BIN") or str(DEFAULT_BINARY)
 
@@ -63,7 +66,10 @@ def main() -> None:
             for kind_text in args.collectives:
                 kind = CollectiveKind.parse(kind_text)
                 schedule = tacos.synthesize(
-                    topo, Collective(kind, tuple(topo.npus), args.chunks, 2**20), seed=1
+                    topo,
+                    Collective(kind, tuple(topo.npus), args.chunks, 2**20),
+                    seed=1,
+                    sends_in_flight=1 if args.one_port else None,
                 )
                 bundle = Path(scratch) / f"{spec}-{kind}".replace(":", "_")
                 chakra.export(schedule, bundle, ExportOptions())
