@@ -129,7 +129,7 @@ class Topology:
     def describe(self) -> str:
         kinds = f"{self.num_npus} NPUs"
         if self.num_switches:
-            kinds += f", {self.num_switches} switches"
+            kinds += f", {self.num_switches} switch{'es' if self.num_switches > 1 else ''}"
         return f"{self.name or 'topology'} ({kinds}, {len(self.links)} directed links)"
 
     # ---------------------------------------------------------- validation
