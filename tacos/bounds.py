@@ -27,11 +27,13 @@ The counts come from the collective's own pre- and postcondition
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.topology import GIB, Topology
@@ -72,20 +74,29 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
     >>> lower_bounds(topo, spec).best_us  # 3 chunks over 2 in-links: 2 chunk times
     40.0625
     """
-    demand = _demand(topology, collective)
+    demand = _demand_closed_form(collective) or _demand(topology, collective)
     per_chunk = topology.link_times_us(collective.chunk_bytes)
     ingress = chunk_ingress = 0.0
+    # Nodes with the same link times and count have the same bound: big regular
+    # topologies (meshes, tori) have a handful of distinct cases among 10^4 nodes.
+    node_bounds: dict[tuple[tuple[float, ...], tuple[float, ...], int], tuple[float, float]] = {}
     for counts, incidence in (
         (demand.receive, topology.in_links),
         (demand.send, topology.out_links),
     ):
         for node, count in counts.items():
             link_ids = incidence[node]
-            bandwidth = sum(topology.links[i].bandwidth_GBps for i in link_ids) * GIB
-            ingress = max(ingress, count * collective.chunk_bytes / bandwidth * 1e6)
-            chunk_ingress = max(
-                chunk_ingress, min_time_to_move([per_chunk[i] for i in link_ids], count)
-            )
+            times = tuple(per_chunk[i] for i in link_ids)
+            bandwidths = tuple(topology.links[i].bandwidth_GBps for i in link_ids)
+            key = (times, bandwidths, count)
+            if key not in node_bounds:
+                bandwidth = sum(bandwidths) * GIB
+                node_bounds[key] = (
+                    count * collective.chunk_bytes / bandwidth * 1e6,
+                    min_time_to_move(times, count),
+                )
+            ingress = max(ingress, node_bounds[key][0])
+            chunk_ingress = max(chunk_ingress, node_bounds[key][1])
     capacity = min_time_to_move(per_chunk, demand.messages)
     if demand.unrouted_messages:
         transfers = demand.unrouted_messages * _fewest_hops_between_npus(topology)
@@ -102,7 +113,59 @@ class _Demand:
     send: dict[int, int]
     messages: int  # link transfers counted hop by hop
     unrouted_messages: int  # NPU-to-NPU messages, each at least the fewest hops between NPUs
-    pairs: dict[int, set[int]]  # source node -> nodes its data must reach
+    pairs: Mapping[int, Collection[int]]  # source node -> nodes its data must reach
+
+
+class _EveryOtherRank(Mapping[int, Collection[int]]):
+    """``pairs`` when every rank's data must reach every other rank (built on demand:
+    a 40,000-rank All-Gather has 1.6 billion pairs)."""
+
+    def __init__(self, ranks: tuple[int, ...]) -> None:
+        self.ranks = np.asarray(ranks, np.int64)
+
+    def __getitem__(self, source: int) -> Collection[int]:
+        return self.ranks[self.ranks != source]  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ranks.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+
+def _demand_closed_form(spec: Collective) -> _Demand | None:
+    """:func:`_demand` without enumerating placements, for every kind but All-to-All.
+
+    Each kind's pre- and postcondition has a simple shape (chunk ``c`` belongs to
+    ``ranks[c // chunks_per_rank]``, or to the root), so the counts are sums over
+    ranks; the tests check this against :func:`_demand` kind by kind.
+    """
+    kind, ranks, chunks = spec.kind, spec.ranks, spec.num_chunks
+    per_rank, others = spec.chunks_per_rank, spec.num_ranks - 1
+    root = spec.root
+    every: dict[int, int] = dict.fromkeys(ranks, chunks)
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+        foreign, own = dict.fromkeys(ranks, chunks - per_rank), dict.fromkeys(ranks, per_rank)
+        receive, send = (foreign, own) if kind is CollectiveKind.ALL_GATHER else (own, foreign)
+        return _Demand(receive, send, 0, chunks * others, _EveryOtherRank(ranks))
+    if kind is CollectiveKind.ALL_REDUCE:
+        return _Demand(every, dict(every), 0, 2 * chunks * others, _EveryOtherRank(ranks))
+    if kind is CollectiveKind.ALL_TO_ALL:
+        return None
+    assert root is not None  # the remaining kinds are rooted
+    non_root = [r for r in ranks if r != root]
+    if kind is CollectiveKind.BROADCAST:
+        everyone_else: dict[int, Collection[int]] = {root: set(non_root)}
+        return _Demand(dict.fromkeys(non_root, chunks), {root: chunks}, 0, chunks * others,
+                       everyone_else)  # fmt: skip
+    to_root: dict[int, Collection[int]] = {r: {root} for r in non_root}
+    if kind is CollectiveKind.REDUCE:
+        return _Demand({root: chunks}, dict.fromkeys(non_root, chunks), 0, chunks * others, to_root)
+    moved = chunks - per_rank
+    if kind is CollectiveKind.GATHER:
+        return _Demand({root: moved}, dict.fromkeys(non_root, per_rank), 0, moved, to_root)
+    everyone_else = {root: set(non_root)}  # Scatter
+    return _Demand(dict.fromkeys(non_root, per_rank), {root: moved}, 0, moved, everyone_else)
 
 
 def _demand(topology: Topology, spec: Collective) -> _Demand:
@@ -214,7 +277,9 @@ def min_time_to_move(times: Sequence[float], count: int) -> float:
     return max(math.floor(high / t * (1 + 1e-12)) * t for t in distinct)
 
 
-def _diameter(topology: Topology, pairs: dict[int, set[int]], per_chunk: Sequence[float]) -> float:
+def _diameter(
+    topology: Topology, pairs: Mapping[int, Collection[int]], per_chunk: Sequence[float]
+) -> float:
     """Largest source-to-destination distance; from a sample of sources on big topologies.
 
     Any subset of sources still gives a valid (possibly weaker) bound.
@@ -223,24 +288,75 @@ def _diameter(topology: Topology, pairs: dict[int, set[int]], per_chunk: Sequenc
     if len(sources) * max(1, len(topology.links)) > _MAX_DIJKSTRA_WORK:
         step = max(1, len(sources) // _SAMPLED_SOURCES)
         sources = sorted({*sources[::step], sources[-1]})
+    out_ptr = np.zeros(topology.num_nodes + 1, np.int64)
+    np.cumsum([len(ids) for ids in topology.out_links], out=out_ptr[1:])
+    out_links = np.fromiter(
+        (i for ids in topology.out_links for i in ids), np.int64, len(per_chunk)
+    )
+    link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
+    weight = np.asarray(per_chunk, np.float64)
     farthest = 0.0
     for source in sources:
-        dist = _dijkstra(topology, source, per_chunk)
-        farthest = max(farthest, max(dist.get(t, 0.0) for t in pairs[source]))
+        dist = _dijkstra(source, out_ptr, out_links, link_dst, weight)
+        targets = np.fromiter(pairs[source], np.int64)
+        if len(targets):
+            reached = dist[targets]
+            farthest = max(farthest, float(np.where(np.isinf(reached), 0.0, reached).max()))
     return farthest
 
 
-def _dijkstra(topology: Topology, source: int, weight: Sequence[float]) -> dict[int, float]:
-    dist = {source: 0.0}
-    heap = [(0.0, source)]
-    while heap:
-        d, node = heapq.heappop(heap)
+@njit(cache=True)
+def _dijkstra(
+    source: int,
+    out_ptr: np.ndarray,
+    out_links: np.ndarray,
+    link_dst: np.ndarray,
+    weight: np.ndarray,
+) -> np.ndarray:
+    """Shortest times from ``source`` (inf where unreachable), compiled.
+
+    A binary heap of (distance, node), popped in the order Python's ``heapq``
+    pops such tuples, so the sums, and the bound, are bit for bit those of
+    the plain-Python Dijkstra this replaces.
+    """
+    n = out_ptr.shape[0] - 1
+    dist = np.full(n, np.inf)
+    dist[source] = 0.0
+    heap_d = np.empty(link_dst.shape[0] + 1)
+    heap_n = np.empty(link_dst.shape[0] + 1, np.int64)
+    size = 1
+    heap_d[0], heap_n[0] = 0.0, source
+    while size:
+        d, node = heap_d[0], heap_n[0]
+        size -= 1
+        last_d, last_n = heap_d[size], heap_n[size]
+        i = 0
+        while 2 * i + 1 < size:
+            c = 2 * i + 1
+            if c + 1 < size and (
+                heap_d[c + 1] < heap_d[c]
+                or (heap_d[c + 1] == heap_d[c] and heap_n[c + 1] < heap_n[c])
+            ):
+                c += 1
+            if last_d < heap_d[c] or (last_d == heap_d[c] and last_n <= heap_n[c]):
+                break
+            heap_d[i], heap_n[i] = heap_d[c], heap_n[c]
+            i = c
+        heap_d[i], heap_n[i] = last_d, last_n
         if d > dist[node]:
             continue
-        for link_id in topology.out_links[node]:
-            nxt = topology.links[link_id].dst
-            nd = d + weight[link_id]
-            if nd < dist.get(nxt, math.inf):
+        for j in range(out_ptr[node], out_ptr[node + 1]):
+            nxt = link_dst[out_links[j]]
+            nd = d + weight[out_links[j]]
+            if nd < dist[nxt]:
                 dist[nxt] = nd
-                heapq.heappush(heap, (nd, nxt))
+                k = size
+                size += 1
+                while k > 0:
+                    parent = (k - 1) >> 1
+                    if heap_d[parent] < nd or (heap_d[parent] == nd and heap_n[parent] <= nxt):
+                        break
+                    heap_d[k], heap_n[k] = heap_d[parent], heap_n[parent]
+                    k = parent
+                heap_d[k], heap_n[k] = nd, nxt
     return dist

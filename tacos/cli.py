@@ -32,7 +32,13 @@ from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
 from tacos.simulate import simulate
 from tacos.sweep import load_spec, plan_sweep, run_sweep
-from tacos.synthesizer import CHUNK_POLICIES, ProgressCallback, synthesize, synthesize_tenants
+from tacos.synthesizer import (
+    CHUNK_POLICIES,
+    ENGINES,
+    ProgressCallback,
+    synthesize,
+    synthesize_tenants,
+)
 from tacos.topology import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US, Topology, load_topology
 from tacos.verify import verify
 
@@ -223,6 +229,19 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
             action="store_true",
             help="each NPU sends one message at a time (as ASTRA-sim's standalone workload runs)",
         )
+        parser.add_argument(
+            "--engine",
+            choices=ENGINES,
+            default="auto",
+            help="reference (readable) or fast (compiled, same schedules); auto: fast when "
+            "it applies and the problem is big",
+        )
+        parser.add_argument(
+            "--tries",
+            type=int,
+            default=1,
+            help="synthesize seeds SEED..SEED+K-1 in parallel and keep the fastest (default 1)",
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -265,6 +284,8 @@ def _synthesize_from_args(args: argparse.Namespace) -> tuple[list[Schedule], flo
             policy=args.policy,
             sends_in_flight=1 if args.one_port else None,
             progress=progress,
+            engine=args.engine,
+            tries=args.tries,
         )
     return schedules, time.perf_counter() - started
 

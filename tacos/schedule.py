@@ -114,6 +114,9 @@ class Schedule:
     @property
     def collective_time_us(self) -> float:
         """When the last transfer ends (0 for an empty schedule)."""
+        end = getattr(self.transfers, "end", None)  # a TransferTable's column
+        if end is not None:
+            return float(end.max()) if len(end) else 0.0
         return max((t.end for t in self.transfers), default=0.0)
 
     def messages(self) -> list[tuple[int, ...]]:
@@ -160,12 +163,15 @@ class Schedule:
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
         columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-        for t in self.transfers:
-            for name in _COLUMNS:
-                value = getattr(t, name)
-                columns[name].append(
-                    value.value if name == "op" else list(value) if name == "deps" else value
-                )
+        if hasattr(self.transfers, "columns"):  # a TransferTable: straight from its arrays
+            columns = self.transfers.columns()
+        else:
+            for t in self.transfers:
+                for name in _COLUMNS:
+                    value = getattr(t, name)
+                    columns[name].append(
+                        value.value if name == "op" else list(value) if name == "deps" else value
+                    )
         return {
             "format": SCHEDULE_FORMAT,
             "version": SCHEDULE_VERSION,

@@ -27,12 +27,19 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from tacos.errors import TacosError
 from tacos.schedule import Op, Schedule
+from tacos.transfers import TransferTable
 
 _REL_TOL = 1e-9
 MAX_REPORTED = 20
+ARRAY_PATH_ABOVE = 20_000
+"""``verify`` checks copy-only spreading schedules with this many transfers on arrays."""
 
 
 @dataclass
@@ -58,10 +65,26 @@ class VerificationReport:
         return f"FAILED ({self.error_count} problems):\n  " + "\n  ".join(self.errors) + tail
 
 
-def verify(schedule: Schedule) -> VerificationReport:
-    """Check postcondition, causality and link exclusivity; never raises on bad schedules."""
+def verify(schedule: Schedule, *, vectorised: bool | None = None) -> VerificationReport:
+    """Check postcondition, causality and link exclusivity; never raises on bad schedules.
+
+    Copy-only schedules of spreading collectives on NPU-only topologies have an
+    array path (:func:`_verify_arrays`) that reports the same problems as the
+    replay and takes seconds for millions of transfers. ``vectorised=None``
+    uses it for such schedules from :data:`ARRAY_PATH_ABOVE` transfers on (or
+    given as a :class:`~tacos.transfers.TransferTable`); True insists on it
+    (TacosError when it does not apply), False never uses it.
+    """
     report = VerificationReport(collective_time_us=schedule.collective_time_us)
-    if _check_structure(schedule, report):
+    reason = _arrays_unsupported(schedule)
+    if vectorised is None:
+        large = len(schedule.transfers) >= ARRAY_PATH_ABOVE
+        vectorised = reason is None and (large or isinstance(schedule.transfers, TransferTable))
+    if vectorised:
+        if reason is not None:
+            raise TacosError(f"the array verifier does not apply: {reason}")
+        _verify_arrays(schedule, report)
+    elif _check_structure(schedule, report):
         _check_links(schedule, report)
         _check_dependencies(schedule, report)
         _check_data(schedule, report)
@@ -222,3 +245,194 @@ def _departing_value(
         )
     forwarded.add(source)
     return carried.get(source, 0)
+
+
+# ---------------------------------------------------------------- the array path
+def _arrays_unsupported(schedule: Schedule) -> str | None:
+    """Why :func:`_verify_arrays` cannot check ``schedule`` (None when it can)."""
+    if schedule.topology.num_switches:
+        return "the topology has switches"
+    if schedule.collective.kind.reduces:
+        return f"{schedule.collective.kind} reduces"
+    transfers = schedule.transfers
+    if isinstance(transfers, TransferTable):
+        copies_only = not transfers.op.any()
+    else:
+        copies_only = all(t.op is Op.COPY for t in transfers)
+    return None if copies_only else "some transfers reduce"
+
+
+def _verify_arrays(schedule: Schedule, report: VerificationReport) -> None:
+    """The checks of :func:`verify`, as array operations, with the same messages.
+
+    Every placement of a spreading collective carries one rank's data, so a
+    copy either carries the chunk's only value or nothing: a slot's content
+    is "held since the first arrival". If no transfer leaves before its
+    sender holds the chunk (checked against first arrivals), that is exact;
+    otherwise the replay of :func:`_check_data` reports what follows.
+    """
+    t = TransferTable.from_transfers(schedule.transfers)
+    if _structure_arrays(schedule, t, report):
+        _links_arrays(t, report)
+        _dependencies_arrays(t, report)
+        _data_arrays(schedule, t, report)
+
+
+def _close_enough_before_arrays(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`_close_enough_before`, elementwise."""
+    return a <= b + _REL_TOL * np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
+
+
+Failures = list[tuple[np.ndarray, int, Callable[[int], str]]]
+"""Per check: sorted positions that fail, the check's rank among checks of one position,
+and how to word a failure at a position."""
+
+
+def _report_failures(report: VerificationReport, failures: Failures) -> None:
+    """Count every failure; word the first few, in position order (as the replay does)."""
+    first: list[tuple[int, int, Callable[[int], str]]] = []
+    for positions, rank, word in failures:
+        report.error_count += len(positions)
+        first.extend((int(p), rank, word) for p in positions[:MAX_REPORTED])
+    if report.error_count:
+        report.ok = False
+    for position, _, word in sorted(first, key=lambda f: (f[0], f[1])):
+        if len(report.errors) >= MAX_REPORTED:
+            break
+        report.errors.append(word(position))
+
+
+def _structure_arrays(schedule: Schedule, t: TransferTable, report: VerificationReport) -> bool:
+    topo, spec = schedule.topology, schedule.collective
+    for rank in spec.ranks:
+        if not 0 <= rank < topo.num_npus:
+            report.fail(f"rank {rank} is not an NPU of the topology")
+    num_links = len(topo.links)
+    link_src = np.fromiter((lk.src for lk in topo.links), np.int64, num_links)
+    link_dst = np.fromiter((lk.dst for lk in topo.links), np.int64, num_links)
+    needed = np.fromiter(
+        (lk.transfer_time_us(spec.chunk_bytes) for lk in topo.links), np.float64, num_links
+    )
+    exists = (t.link >= 0) & (t.link < num_links)
+    link = np.where(exists, t.link, 0)
+    bad_dep = (t.deps < 0) | (t.deps >= len(t))
+    dep_row_bad = np.zeros(len(t), bool)
+    dep_row_bad[t.dep_rows[bad_dep]] = True
+
+    def where(i: int) -> str:
+        return f"transfer {i} (chunk {t.chunk[i]} {t.src[i]}->{t.dst[i]})"
+
+    def wrong_ends(i: int) -> str:
+        lk = t.link[i]
+        joins = f"{link_src[lk]}->{link_dst[lk]}"
+        return f"{where(i)}: link {lk} joins {joins}, not {t.src[i]}->{t.dst[i]}"
+
+    def too_short(i: int) -> str:
+        lasts, lk = float(t.end[i] - t.start[i]), t.link[i]
+        return (
+            f"{where(i)}: lasts {lasts:.6g} us, shorter than the link allows "
+            f"({float(needed[lk]):.6g} us for {spec.chunk_bytes} bytes)"
+        )
+
+    _report_failures(
+        report,
+        [
+            (
+                np.nonzero((t.chunk < 0) | (t.chunk >= spec.num_chunks))[0],
+                0,
+                lambda i: f"{where(i)}: chunk id outside 0..{spec.num_chunks - 1}",
+            ),
+            (np.nonzero(~exists)[0], 1, lambda i: f"{where(i)}: link {t.link[i]} does not exist"),
+            (
+                np.nonzero(exists & ((link_src[link] != t.src) | (link_dst[link] != t.dst)))[0],
+                2,
+                wrong_ends,
+            ),
+            (
+                np.nonzero(exists & ~_close_enough_before_arrays(needed[link], t.end - t.start))[0],
+                3,
+                too_short,
+            ),
+            (
+                np.nonzero(exists & dep_row_bad)[0],
+                4,
+                lambda i: f"{where(i)}: depends on a transfer that does not exist",
+            ),
+        ],
+    )
+    return report.ok
+
+
+def _links_arrays(t: TransferTable, report: VerificationReport) -> None:
+    """Consecutive transfers on a link (by start, then end) must not overlap."""
+    links, first_use = np.unique(t.link, return_index=True)
+    appearance = np.empty(len(links), np.int64)
+    appearance[np.argsort(first_use)] = np.arange(len(links))
+    order = np.lexsort(
+        (np.arange(len(t)), t.end, t.start, appearance[np.searchsorted(links, t.link)])
+    )
+    same = t.link[order[1:]] == t.link[order[:-1]]
+    before, after = order[:-1][same], order[1:][same]
+    overlap = np.nonzero(~_close_enough_before_arrays(t.end[before], t.start[after]))[0]
+
+    def word(k: int) -> str:
+        b, a = before[k], after[k]
+        return (
+            f"link {t.link[a]}: transfers {b} and {a} overlap "
+            f"({float(t.start[a]):.6g} us < {float(t.end[b]):.6g} us)"
+        )
+
+    _report_failures(report, [(overlap, 0, word)])
+
+
+def _dependencies_arrays(t: TransferTable, report: VerificationReport) -> None:
+    """Every dependency ends before its dependant starts and delivers its chunk to its sender."""
+    rows, deps = t.dep_rows, t.deps
+    late = ~_close_enough_before_arrays(t.end[deps], t.start[rows])
+    mismatch = (t.dst[deps] != t.src[rows]) | (t.chunk[deps] != t.chunk[rows])
+
+    def word_late(k: int) -> str:
+        i, d = rows[k], deps[k]
+        return (
+            f"transfer {i} starts at {float(t.start[i]):.6g} us before its dependency {d} "
+            f"ends at {float(t.end[d]):.6g} us"
+        )
+
+    def word_mismatch(k: int) -> str:
+        i, d = rows[k], deps[k]
+        return (
+            f"transfer {i} (chunk {t.chunk[i]} from {t.src[i]}) depends on transfer {d}, "
+            f"which delivers chunk {t.chunk[d]} to {t.dst[d]}"
+        )
+
+    _report_failures(
+        report, [(np.nonzero(late)[0], 0, word_late), (np.nonzero(mismatch)[0], 1, word_mismatch)]
+    )
+
+
+def _data_arrays(schedule: Schedule, t: TransferTable, report: VerificationReport) -> None:
+    """Senders hold what they send; every rank ends with what the postcondition names."""
+    spec = schedule.collective
+    num_chunks = spec.num_chunks
+    # When each slot first holds data: -inf from the start, else its first arrival (with
+    # the replay's rounding slack: an arrival counts before a departure at the same time).
+    first = np.full(schedule.topology.num_nodes * num_chunks, np.inf)
+    node, chunk, _ = spec.spread_arrays(final=False)
+    first[node * num_chunks + chunk] = -np.inf
+    arrival = t.end - _REL_TOL * np.maximum(1.0, np.abs(t.end))
+    np.minimum.at(first, t.dst * num_chunks + t.chunk, arrival)
+    if not (first[t.src * num_chunks + t.chunk] <= t.start).all():
+        # A send of nothing empties its receiver's slot: replay that exactly.
+        _check_data(schedule, report)
+        return
+    node, chunk, position = spec.spread_arrays(final=True)
+    missing = np.nonzero(first[node * num_chunks + chunk] == np.inf)[0]
+
+    def word(k: int) -> str:
+        owner = [spec.ranks[position[k]]]
+        return (
+            f"postcondition: rank {node[k]} ends without the right chunk {chunk[k]} "
+            f"(missing contributions of rank(s) {owner})"
+        )
+
+    _report_failures(report, [(missing, 0, word)])

@@ -8,18 +8,31 @@ Example:
     >>> schedule = synthesize(topo, spec, seed=0)
     >>> len(schedule.transfers), schedule.collective_time_us
     (12, 40.0625)
+
+Two engines make the same schedules: ``"reference"`` (:mod:`.greedy`, the
+readable oracle) and ``"fast"`` (:mod:`.fast`, compiled, for thousands of
+NPUs; NPU-only topologies, All-Gather / Reduce-Scatter / All-Reduce over all
+NPUs). ``engine="auto"`` takes the fast one for problems above
+:data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
+compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
+processes) and keeps the fastest schedule, the lowest seed on ties.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from multiprocessing import get_context
+from typing import Any, Literal
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.schedule import Schedule, Transfer
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
+from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
@@ -27,6 +40,10 @@ from tacos.topology import Topology
 SYNTHESIZER_NAME = "tacos-greedy"
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(done, total)`` with counts of (node, chunk) deliveries."""
+Engine = Literal["auto", "reference", "fast"]
+ENGINES: tuple[Engine, ...] = ("auto", "reference", "fast")
+AUTO_FAST_ABOVE = 64
+"""``engine="auto"`` uses the fast engine above this many NPUs or chunks."""
 
 
 def synthesize(
@@ -37,15 +54,19 @@ def synthesize(
     policy: ChunkPolicy = "rarest",
     sends_in_flight: int | None = None,
     progress: ProgressCallback | None = None,
+    engine: Engine = "auto",
+    tries: int = 1,
 ) -> Schedule:
     """Run TACOS greedy link-chunk matching for ``collective`` on ``topology``.
 
     The same ``seed`` (and ``policy``, see :mod:`tacos.synthesizer.greedy`)
-    always yields the same schedule. ``sends_in_flight=1`` makes every NPU send
-    one message at a time (a one-port NPU, like ASTRA-sim's standalone
-    workload route); the schedule records it and replays with it. Raises
-    :class:`~tacos.errors.TacosError` when a rank is not an NPU of the
-    topology or the ranks cannot all reach each other.
+    always yields the same schedule, whichever ``engine`` makes it.
+    ``sends_in_flight=1`` makes every NPU send one message at a time (a
+    one-port NPU, like ASTRA-sim's standalone workload route); the schedule
+    records it and replays with it. ``tries`` > 1 keeps the best of that many
+    seeds (see the module docs). Raises :class:`~tacos.errors.TacosError` when
+    a rank is not an NPU of the topology or the ranks cannot all reach each
+    other, or when ``engine="fast"`` is asked for a problem it does not cover.
     """
     (schedule,) = synthesize_tenants(
         topology,
@@ -54,6 +75,8 @@ def synthesize(
         policy=policy,
         sends_in_flight=sends_in_flight,
         progress=progress,
+        engine=engine,
+        tries=tries,
     )
     return schedule
 
@@ -66,6 +89,8 @@ def synthesize_tenants(
     policy: ChunkPolicy = "rarest",
     sends_in_flight: int | None = None,
     progress: ProgressCallback | None = None,
+    engine: Engine = "auto",
+    tries: int = 1,
 ) -> list[Schedule]:
     """Synthesize several collectives of one kind on disjoint ranks, sharing the links.
 
@@ -75,6 +100,10 @@ def synthesize_tenants(
     """
     if policy not in CHUNK_POLICIES:
         raise TacosError(f"unknown chunk policy {policy!r}: use one of {', '.join(CHUNK_POLICIES)}")
+    if sends_in_flight is not None and sends_in_flight < 1:
+        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
+    if tries < 1:
+        raise TacosError(f"tries must be at least 1, got {tries}")
     tenants = Tenants(tuple(collectives))
     for spec in tenants.specs:
         for rank in spec.ranks:
@@ -84,15 +113,14 @@ def synthesize_tenants(
                     f"ranks must be in 0..{topology.num_npus - 1}"
                 )
         topology.check_connected(spec.ranks)
+    chosen = _choose_engine(engine, topology, tenants, sends_in_flight)
+    total = _deliveries(topology, tenants) if progress is not None else 0
+    options: dict[str, Any] = {"policy": policy, "sends_in_flight": sends_in_flight}
+    if tries > 1:
+        return _best_of(topology, tenants, seed, tries, chosen, options, total, progress)
 
     on_delivery = None
     if progress is not None:
-        phases = 2 if tenants.kind is CollectiveKind.ALL_REDUCE else 1
-        mirror = tenants.as_kind(CollectiveKind.ALL_GATHER) if tenants.kind.reduces else tenants
-        if tenants.kind is CollectiveKind.REDUCE:
-            mirror = tenants.as_kind(CollectiveKind.BROADCAST)
-        sources = mirror.sources()
-        total = phases * sum(w.bit_count() for w in mirror.wants(topology.num_nodes, sources))
         done = 0
 
         def on_delivery(count: int) -> None:
@@ -100,11 +128,21 @@ def synthesize_tenants(
             done += count
             progress(done, total)
 
-    if sends_in_flight is not None and sends_in_flight < 1:
-        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
-    settings = Settings(random.Random(seed), policy, sends_in_flight, on_delivery)
-    transfers = synthesize_transfers(topology, tenants, settings)
-    meta: dict[str, object] = {"synthesizer": SYNTHESIZER_NAME, "seed": seed, "policy": policy}
+    rng = random.Random(seed)
+    transfers: Sequence[Transfer]
+    if chosen == "fast":
+        transfers = fast_transfers(
+            topology, tenants.specs[0], FastSettings(rng, policy, on_delivery)
+        )
+    else:
+        settings = Settings(rng, policy, sends_in_flight, on_delivery)
+        transfers = synthesize_transfers(topology, tenants, settings)
+    meta: dict[str, object] = {
+        "synthesizer": SYNTHESIZER_NAME,
+        "seed": seed,
+        "policy": policy,
+        "engine": chosen,
+    }
     if sends_in_flight is not None:
         meta["sends_in_flight"] = sends_in_flight
     if len(tenants.specs) == 1:
@@ -118,4 +156,78 @@ def synthesize_tenants(
     return schedules
 
 
-__all__ = ["CHUNK_POLICIES", "ChunkPolicy", "ProgressCallback", "synthesize", "synthesize_tenants"]
+def _choose_engine(
+    engine: str, topology: Topology, tenants: Tenants, sends_in_flight: int | None
+) -> Engine:
+    """The engine to run: what was asked for, or for "auto" the fast one on big problems."""
+    if engine not in ENGINES:
+        raise TacosError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    reason = fast_unsupported(topology, tenants.specs, sends_in_flight)
+    if engine == "fast" and reason is not None:
+        raise TacosError(f"the fast engine cannot synthesize this: {reason}; use --engine auto")
+    if engine == "auto":
+        chunks = sum(spec.num_chunks for spec in tenants.specs)
+        big = topology.num_npus > AUTO_FAST_ABOVE or chunks > AUTO_FAST_ABOVE
+        return "fast" if reason is None and big else "reference"
+    return "fast" if engine == "fast" else "reference"
+
+
+def _deliveries(topology: Topology, tenants: Tenants) -> int:
+    """How many (node, chunk) deliveries the greedy will report, over all its phases."""
+    phases = 2 if tenants.kind is CollectiveKind.ALL_REDUCE else 1
+    mirror = tenants.as_kind(CollectiveKind.ALL_GATHER) if tenants.kind.reduces else tenants
+    if tenants.kind is CollectiveKind.REDUCE:
+        mirror = tenants.as_kind(CollectiveKind.BROADCAST)
+    if fast_unsupported(topology, mirror.specs, None) is None:  # every NPU wants every chunk
+        (spec,) = mirror.specs
+        return phases * (topology.num_npus - 1) * spec.num_chunks
+    sources = mirror.sources()
+    return phases * sum(w.bit_count() for w in mirror.wants(topology.num_nodes, sources))
+
+
+def _best_of(
+    topology: Topology,
+    tenants: Tenants,
+    seed: int,
+    tries: int,
+    engine: Engine,
+    options: dict[str, Any],
+    total: int,
+    progress: ProgressCallback | None,
+) -> list[Schedule]:
+    """Synthesize seeds ``seed .. seed + tries - 1`` in worker processes; keep the fastest.
+
+    Only the best schedule so far is kept, so memory stays at two schedules.
+    Progress counts each finished try's deliveries.
+    """
+    jobs = [(topology, tenants.specs, s, engine, options) for s in range(seed, seed + tries)]
+    best: list[Schedule] = []
+    workers = min(tries, os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        for done, schedules in enumerate(pool.map(_one_try, jobs), start=1):
+            time = max(s.collective_time_us for s in schedules)
+            if not best or time < max(s.collective_time_us for s in best):
+                best = schedules
+            if progress is not None:
+                progress(done * total, tries * total)
+    for schedule in best:
+        schedule.meta.update(tries=tries, first_seed=seed)
+    return best
+
+
+def _one_try(job: tuple[Topology, tuple[Collective, ...], int, Engine, dict[str, Any]]) -> Any:
+    """One seed of :func:`_best_of`, in a worker process."""
+    topology, specs, seed, engine, options = job
+    return synthesize_tenants(topology, list(specs), seed=seed, engine=engine, **options)
+
+
+__all__ = [
+    "AUTO_FAST_ABOVE",
+    "CHUNK_POLICIES",
+    "ENGINES",
+    "ChunkPolicy",
+    "Engine",
+    "ProgressCallback",
+    "synthesize",
+    "synthesize_tenants",
+]

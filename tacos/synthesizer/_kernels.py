@@ -1,0 +1,659 @@
+"""Numba kernels of the fast greedy engine: bit-matrix state, Python's RNG, the event loop.
+
+Everything here runs compiled (``numba.njit``, nopython). The Python side
+(:mod:`tacos.synthesizer.fast`) owns the arrays and calls :func:`run_spread`
+repeatedly; each call returns when the spread is done or its output buffers
+are nearly full, so huge schedules can be streamed block by block.
+
+Exactness is the design constraint: the kernel makes the same decisions as
+:func:`tacos.synthesizer.greedy.greedy_spread` for the same seed, so it draws
+from a bit-for-bit copy of CPython's Mersenne Twister (``random.Random``:
+``getrandbits`` for ``k <= 32`` bits is one 32-bit output shifted right,
+``_randbelow`` rejects draws ``>= n``, ``shuffle`` is Fisher-Yates from the
+end) and consumes it in the same order as the reference does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+# Status codes returned by run_spread.
+DONE, BUFFER_FULL, STUCK = 0, 1, 2
+# Chunk policies, as in tacos.synthesizer.greedy.
+RAREST, RANDOM = 0, 1
+# Slots of the int64 "counters" array shared between calls.
+C_REMAINING, C_OUT, C_HEAP, C_SOURCE, C_MT_POS, C_DELIVERED, C_EVENTS, C_COPY_PLANES = range(8)
+NUM_COUNTERS = 8
+
+MT_WORDS = 624
+_MT_N, _MT_M = MT_WORDS, 397
+_MASK32 = 0xFFFFFFFF
+_ONE = np.uint64(1)
+
+
+def _llvm_bit_op(name: str):  # type: ignore[no-untyped-def]
+    """An intrinsic calling the LLVM bit-count instruction ``name`` on a uint64."""
+
+    @intrinsic
+    def bit_op(typingctx, value):  # type: ignore[no-untyped-def]
+        if not (isinstance(value, types.Integer) and value.bitwidth == 64):
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            (arg,) = args
+            i64 = ir.IntType(64)
+            if name == "llvm.ctpop.i64":
+                fnty = ir.FunctionType(i64, [i64])
+                fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+                return builder.call(fn, [arg])
+            # cttz takes an "is zero poison" flag; callers never pass zero.
+            fnty = ir.FunctionType(i64, [i64, ir.IntType(1)])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+            return builder.call(fn, [arg, ir.Constant(ir.IntType(1), 1)])
+
+        return types.int64(types.uint64), codegen
+
+    return bit_op
+
+
+popcount = _llvm_bit_op("llvm.ctpop.i64")
+"""Number of set bits of a uint64 (one POPCNT instruction)."""
+lowest_bit = _llvm_bit_op("llvm.cttz.i64")
+"""Index of the lowest set bit of a non-zero uint64 (one TZCNT instruction)."""
+
+
+# ---------------------------------------------------------------- CPython's MT19937
+@njit(cache=True)
+def _mt_twist(mt: np.ndarray) -> None:
+    for i in range(_MT_N):
+        y = (mt[i] & 0x80000000) | (mt[(i + 1) % _MT_N] & 0x7FFFFFFF)
+        value = mt[(i + _MT_M) % _MT_N] ^ (y >> 1)
+        if y & 1:
+            value ^= 0x9908B0DF
+        mt[i] = value
+
+
+@njit(cache=True)
+def mt_next32(mt: np.ndarray, counters: np.ndarray) -> int:
+    """The next 32-bit output of CPython's ``genrand_uint32`` (state in int64 words)."""
+    if counters[C_MT_POS] >= _MT_N:
+        _mt_twist(mt)
+        counters[C_MT_POS] = 0
+    y = mt[counters[C_MT_POS]]
+    counters[C_MT_POS] += 1
+    y ^= y >> 11
+    y ^= (y << 7) & 0x9D2C5680
+    y ^= (y << 15) & 0xEFC60000
+    y ^= y >> 18
+    return y & _MASK32
+
+
+@njit(cache=True)
+def randbelow(n: int, mt: np.ndarray, counters: np.ndarray) -> int:
+    """CPython's ``Random._randbelow_with_getrandbits(n)`` for ``0 < n < 2**32``."""
+    k = 0
+    while (n >> k) != 0:
+        k += 1
+    r = mt_next32(mt, counters) >> (32 - k)
+    while r >= n:
+        r = mt_next32(mt, counters) >> (32 - k)
+    return r
+
+
+@njit(cache=True)
+def shuffle(items: np.ndarray, count: int, mt: np.ndarray, counters: np.ndarray) -> None:
+    """CPython's ``Random.shuffle`` of ``items[:count]``."""
+    for i in range(count - 1, 0, -1):
+        j = randbelow(i + 1, mt, counters)
+        items[i], items[j] = items[j], items[i]
+
+
+# ---------------------------------------------------------------- event heap
+@njit(cache=True)
+def heap_push(times: np.ndarray, keys: np.ndarray, counters: np.ndarray, t: float, k: int) -> None:
+    """Push ``(t, k)`` on the binary min-heap in ``times``/``keys`` (ties by key)."""
+    i = counters[C_HEAP]
+    counters[C_HEAP] += 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if times[parent] < t or (times[parent] == t and keys[parent] <= k):
+            break
+        times[i] = times[parent]
+        keys[i] = keys[parent]
+        i = parent
+    times[i] = t
+    keys[i] = k
+
+
+@njit(cache=True)
+def heap_pop(times: np.ndarray, keys: np.ndarray, counters: np.ndarray) -> int:
+    """Remove the smallest entry and return its key."""
+    top = keys[0]
+    n = counters[C_HEAP] - 1
+    counters[C_HEAP] = n
+    t, k = times[n], keys[n]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and (
+            times[child + 1] < times[child]
+            or (times[child + 1] == times[child] and keys[child + 1] < keys[child])
+        ):
+            child += 1
+        if t < times[child] or (t == times[child] and k <= keys[child]):
+            break
+        times[i] = times[child]
+        keys[i] = keys[child]
+        i = child
+    times[i] = t
+    keys[i] = k
+    return top
+
+
+# ---------------------------------------------------------------- eligibility counts
+# A link u -> v may send the chunks of ``holds[u] & ~taken[v]``. Computing that
+# set's size for every link at every event costs O(chunks / 64) per link; instead
+# each link keeps how many chunks it may send per block of BLOCK words
+# (``block_count``) and in all (``count``), updated when u gains a chunk or v
+# claims one. A link with nothing to send then costs O(1), and a pick reads the
+# counts plus one block of the two nodes' rows.
+BLOCK = 8
+
+
+@njit(cache=True)
+def gain(
+    node: int,
+    chunk: int,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    link_dst: np.ndarray,
+    out_ptr: np.ndarray,
+    out_links: np.ndarray,
+    block_count: np.ndarray,
+    count: np.ndarray,
+    onbr_ptr: np.ndarray,
+    onbrs: np.ndarray,
+    levels: np.ndarray,
+) -> None:
+    """``node`` now holds ``chunk``: out-links to nodes lacking it may send it.
+
+    With the "rarest" policy, ``levels`` (bit-sliced, per node: how many of its
+    in-neighbours hold each chunk) counts one more holder at every out-neighbour.
+    """
+    w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+    holds[node, w] |= bit
+    for j in range(out_ptr[node], out_ptr[node + 1]):
+        link = out_links[j]
+        if not taken[link_dst[link], w] & bit:
+            block_count[link, w // BLOCK] += 1
+            count[link] += 1
+    if levels.shape[2] == 0:
+        return
+    for j in range(onbr_ptr[node], onbr_ptr[node + 1]):
+        x = onbrs[j]
+        carry = bit
+        p = 0
+        while carry:
+            overflow = levels[x, w, p] & carry
+            levels[x, w, p] ^= carry
+            carry = overflow
+            p += 1
+
+
+@njit(cache=True)
+def claim(
+    node: int,
+    chunk: int,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    link_src: np.ndarray,
+    in_ptr: np.ndarray,
+    in_links: np.ndarray,
+    block_count: np.ndarray,
+    count: np.ndarray,
+) -> None:
+    """``node`` holds or receives ``chunk`` (it did not before): no in-link may send it."""
+    w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+    taken[node, w] |= bit
+    for j in range(in_ptr[node], in_ptr[node + 1]):
+        link = in_links[j]
+        if holds[link_src[link], w] & bit:
+            block_count[link, w // BLOCK] -= 1
+            count[link] -= 1
+
+
+# ---------------------------------------------------------------- chunk choice
+# While an event's links are matched, ``taken`` and the counts are those of the
+# event's start: chunks that links matched earlier in the event sent into v are
+# listed per v (``claim_head``/``claim_next`` chain links, ``sent`` has their
+# chunks) and masked out on the fly. ``taken`` and the counts are updated
+# afterwards, in link order (:func:`claim`), which keeps those updates close
+# together in memory.
+@njit(cache=True)
+def _excluded(
+    u: int,
+    v: int,
+    holds: np.ndarray,
+    sent: np.ndarray,
+    claim_head: np.ndarray,
+    claim_next: np.ndarray,
+    excluded: np.ndarray,
+) -> int:
+    """Chunks already on their way to ``v`` that ``u`` would still count as sendable."""
+    num = 0
+    j = claim_head[v]
+    while j >= 0:
+        chunk = sent[j]
+        if holds[u, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
+            excluded[num] = chunk
+            num += 1
+        j = claim_next[j]
+    return num
+
+
+@njit(cache=True, inline="always")
+def _row_word(
+    u: int,
+    v: int,
+    w: int,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    excluded: np.ndarray,
+    num: int,
+) -> np.uint64:
+    """Word ``w`` of what ``u`` may send ``v``, without the excluded chunks."""
+    bits = holds[u, w] & ~taken[v, w]
+    for i in range(num):
+        if excluded[i] >> 6 == w:
+            bits &= ~(_ONE << np.uint64(excluded[i] & 63))
+    return bits
+
+
+@njit(cache=True, inline="always")
+def _block_size(
+    link: int, block: int, block_count: np.ndarray, excluded: np.ndarray, num: int
+) -> int:
+    """Chunks ``link`` may send in ``block``, without the excluded ones."""
+    size = block_count[link, block]
+    for i in range(num):
+        if (excluded[i] >> 6) // BLOCK == block:
+            size -= 1
+    return size
+
+
+@njit(cache=True)
+def _pick_random(
+    link: int,
+    u: int,
+    v: int,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    block_count: np.ndarray,
+    count: np.ndarray,
+    excluded: np.ndarray,
+    num: int,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> int:
+    """Plain TACOS: a uniformly random eligible chunk (the r-th set bit, lowest first)."""
+    size = count[link] - num
+    if size == 0:
+        return -1
+    r = randbelow(size, mt, counters)
+    block = 0
+    while True:
+        here = _block_size(link, block, block_count, excluded, num)
+        if r < here:
+            break
+        r -= here
+        block += 1
+    w = block * BLOCK
+    while True:
+        bits = _row_word(u, v, w, holds, taken, excluded, num)
+        here = popcount(bits)
+        if r < here:
+            for _ in range(r):
+                bits &= bits - _ONE
+            return w * 64 + lowest_bit(bits)
+        r -= here
+        w += 1
+
+
+@njit(cache=True)
+def _pick_rarest(
+    link: int,
+    u: int,
+    v: int,
+    levels: np.ndarray,
+    copy_planes: np.ndarray,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    block_count: np.ndarray,
+    count: np.ndarray,
+    excluded: np.ndarray,
+    num: int,
+    best_words: np.ndarray,
+    best_masks: np.ndarray,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> int:
+    """The eligible chunk fewest in-neighbours of ``v`` hold, then fewest copies; ties random.
+
+    Both keys are bit-sliced (``levels[v, w, p]``: bit p of how many of v's
+    in-neighbours hold each chunk of word w; ``copy_planes[w, q]``: bit q of
+    each chunk's copies), so a word's lexicographic minimum over its eligible
+    chunks, and the chunks that reach it, take one pass over the planes from
+    the top, with no per-chunk work.
+    """
+    if count[link] == num:
+        return -1
+    num_levels = levels.shape[2]
+    num_copy_planes = counters[C_COPY_PLANES]  # planes above are zero for every chunk
+    words = holds.shape[1]
+    num_best = 0
+    best_h = 1 << 62
+    best_copies = 1 << 62
+    for block in range(block_count.shape[1]):
+        if _block_size(link, block, block_count, excluded, num) == 0:
+            continue
+        for w in range(block * BLOCK, min(words, (block + 1) * BLOCK)):
+            members = _row_word(u, v, w, holds, taken, excluded, num)
+            if not members:
+                continue
+            h = 0
+            for p in range(num_levels - 1, -1, -1):
+                lower = members & ~levels[v, w, p]
+                if lower:
+                    members = lower
+                else:
+                    h |= 1 << p
+            if h > best_h:
+                continue
+            c = 0
+            for q in range(num_copy_planes - 1, -1, -1):
+                lower = members & ~copy_planes[w, q]
+                if lower:
+                    members = lower
+                else:
+                    c |= 1 << q
+            if h < best_h or c < best_copies:
+                best_h, best_copies = h, c
+                num_best = 0
+            elif c > best_copies:
+                continue
+            best_words[num_best] = w
+            best_masks[num_best] = members
+            num_best += 1
+    total = 0
+    for i in range(num_best):
+        total += popcount(best_masks[i])
+    r = randbelow(total, mt, counters) if total > 1 else 0
+    for i in range(num_best):
+        bits = best_masks[i]
+        here = popcount(bits)
+        if r < here:
+            for _ in range(r):
+                bits &= bits - _ONE
+            return best_words[i] * 64 + lowest_bit(bits)
+        r -= here
+    return -1
+
+
+@njit(cache=True)
+def count_copy(chunk: int, copy_planes: np.ndarray, counters: np.ndarray) -> None:
+    """One more copy of ``chunk``: a ripple-carry increment in its word's bit planes."""
+    w = chunk >> 6
+    carry = _ONE << np.uint64(chunk & 63)
+    q = 0
+    while carry:
+        overflow = copy_planes[w, q] & carry
+        copy_planes[w, q] ^= carry
+        carry = overflow
+        q += 1
+    counters[C_COPY_PLANES] = max(counters[C_COPY_PLANES], q)
+
+
+# ---------------------------------------------------------------- the event loop
+@njit(cache=True)
+def run_spread(
+    # topology (static)
+    link_src: np.ndarray,
+    link_dst: np.ndarray,
+    link_time: np.ndarray,
+    out_ptr: np.ndarray,
+    out_links: np.ndarray,
+    in_ptr: np.ndarray,
+    in_links: np.ndarray,
+    onbr_ptr: np.ndarray,
+    onbrs: np.ndarray,
+    link_class: np.ndarray,
+    class_time: np.ndarray,
+    # sources, sorted by time (static)
+    source_time: np.ndarray,
+    source_node: np.ndarray,
+    source_chunk: np.ndarray,
+    policy: int,
+    # state (kept between calls)
+    holds: np.ndarray,
+    taken: np.ndarray,
+    block_count: np.ndarray,
+    count: np.ndarray,
+    levels: np.ndarray,
+    copy_planes: np.ndarray,
+    free_at: np.ndarray,
+    flight_chunk: np.ndarray,
+    heap_time: np.ndarray,
+    heap_link: np.ndarray,
+    next_in_group: np.ndarray,
+    mt: np.ndarray,
+    counters: np.ndarray,
+    # scratch
+    marked: np.ndarray,
+    candidates: np.ndarray,
+    order: np.ndarray,
+    sent: np.ndarray,
+    touched: np.ndarray,
+    is_touched: np.ndarray,
+    class_head: np.ndarray,
+    class_tail: np.ndarray,
+    class_order: np.ndarray,
+    claim_head: np.ndarray,
+    claim_next: np.ndarray,
+    excluded: np.ndarray,
+    best_words: np.ndarray,
+    best_masks: np.ndarray,
+    # output block
+    out_chunk: np.ndarray,
+    out_link: np.ndarray,
+    out_start: np.ndarray,
+) -> int:
+    """Advance the greedy spread event by event until done, stuck, or the block is full.
+
+    Mirrors ``greedy_spread``: pop every event at the next time (arrivals set
+    ``holds``), then the candidate links (freed ones, and free out-links of
+    nodes that gained a chunk, or whose transfer arrived) in id order,
+    shuffled, each matched with one chunk. Transfers are written in (start,
+    link) order, which is their order in the final schedule.
+    """
+    num_links = link_src.shape[0]
+    num_sources = source_time.shape[0]
+    capacity = out_chunk.shape[0]
+    while True:
+        if counters[C_REMAINING] == 0:
+            return DONE
+        heap_size = counters[C_HEAP]
+        if heap_size == 0 and counters[C_SOURCE] == num_sources:
+            return STUCK
+        if counters[C_OUT] + num_links > capacity:
+            return BUFFER_FULL
+        now = np.inf
+        if heap_size > 0:
+            now = heap_time[0]
+        if counters[C_SOURCE] < num_sources and source_time[counters[C_SOURCE]] < now:
+            now = source_time[counters[C_SOURCE]]
+        counters[C_EVENTS] += 1
+
+        # Apply every event at `now`: freed links become candidates, arrivals land.
+        num_candidates = 0
+        num_touched = 0
+        delivered = 0
+        link = -1
+        while link >= 0 or (counters[C_HEAP] > 0 and heap_time[0] == now):
+            if link < 0:  # next group of links whose transfers end now
+                link = heap_pop(heap_time, heap_link, counters)
+            following = next_in_group[link]
+            if not marked[link]:
+                marked[link] = True
+                candidates[num_candidates] = link
+                num_candidates += 1
+            chunk = flight_chunk[link]
+            if chunk < 0:
+                link = following
+                continue
+            flight_chunk[link] = -1
+            sender = link_src[link]  # the reference re-offers a sender's links on arrival
+            if not is_touched[sender]:
+                is_touched[sender] = True
+                touched[num_touched] = sender
+                num_touched += 1
+            node = link_dst[link]
+            if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
+                gain(node, chunk, holds, taken, link_dst, out_ptr, out_links, block_count,
+                     count, onbr_ptr, onbrs, levels)  # fmt: skip
+                delivered += 1
+                if not is_touched[node]:
+                    is_touched[node] = True
+                    touched[num_touched] = node
+                    num_touched += 1
+            link = following
+        while counters[C_SOURCE] < num_sources and source_time[counters[C_SOURCE]] == now:
+            node = source_node[counters[C_SOURCE]]
+            chunk = source_chunk[counters[C_SOURCE]]
+            counters[C_SOURCE] += 1
+            if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
+                claim(node, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
+                gain(node, chunk, holds, taken, link_dst, out_ptr, out_links, block_count,
+                     count, onbr_ptr, onbrs, levels)  # fmt: skip
+                if not is_touched[node]:
+                    is_touched[node] = True
+                    touched[num_touched] = node
+                    num_touched += 1
+        counters[C_REMAINING] -= delivered
+        counters[C_DELIVERED] += delivered
+        if counters[C_REMAINING] == 0:
+            for i in range(num_candidates):
+                marked[candidates[i]] = False
+            for i in range(num_touched):
+                is_touched[touched[i]] = False
+            return DONE
+
+        # Only freed links and free out-links of nodes that gained can match anew.
+        for i in range(num_touched):
+            node = touched[i]
+            is_touched[node] = False
+            for j in range(out_ptr[node], out_ptr[node + 1]):
+                link = out_links[j]
+                if free_at[link] <= now and not marked[link]:
+                    marked[link] = True
+                    candidates[num_candidates] = link
+                    num_candidates += 1
+        if num_candidates * 16 < num_links:
+            candidates[:num_candidates].sort()
+        else:
+            num_candidates = 0
+            for link in range(num_links):
+                if marked[link]:
+                    candidates[num_candidates] = link
+                    num_candidates += 1
+        order[:num_candidates] = candidates[:num_candidates]
+        shuffle(order, num_candidates, mt, counters)
+
+        for i in range(num_candidates):
+            link = order[i]
+            u, v = link_src[link], link_dst[link]
+            num = _excluded(u, v, holds, sent, claim_head, claim_next, excluded)
+            if policy == RANDOM:
+                chunk = _pick_random(link, u, v, holds, taken, block_count, count, excluded, num,
+                                     mt, counters)  # fmt: skip
+            else:
+                chunk = _pick_rarest(link, u, v, levels, copy_planes, holds, taken, block_count,
+                                     count,
+                                     excluded, num, best_words, best_masks, mt,
+                                     counters)  # fmt: skip
+                if chunk >= 0:
+                    count_copy(chunk, copy_planes, counters)
+            if chunk >= 0:
+                sent[link] = chunk
+                claim_next[link] = claim_head[v]
+                claim_head[v] = link
+                free_at[link] = now + link_time[link]
+
+        # Emit this event's transfers in link order, their final (start, link) order, and
+        # only now record what the receivers claimed.
+        num_classes = 0
+        for i in range(num_candidates):
+            link = candidates[i]
+            marked[link] = False
+            chunk = sent[link]
+            if chunk < 0:
+                continue
+            sent[link] = -1
+            v = link_dst[link]
+            claim_head[v] = -1
+            claim(v, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
+            k = counters[C_OUT]
+            counters[C_OUT] += 1
+            out_chunk[k] = chunk
+            out_link[k] = link
+            out_start[k] = now
+            flight_chunk[link] = chunk
+            # Transfers on links of one duration class end together: one heap entry,
+            # its links chained in link order.
+            k = link_class[link]
+            next_in_group[link] = -1
+            if class_head[k] < 0:
+                class_order[num_classes] = k
+                num_classes += 1
+                class_head[k] = link
+            else:
+                next_in_group[class_tail[k]] = link
+            class_tail[k] = link
+        for i in range(num_classes):
+            k = class_order[i]
+            heap_push(heap_time, heap_link, counters, now + class_time[k], class_head[k])
+            class_head[k] = -1
+
+
+# ---------------------------------------------------------------- re-timing
+@njit(cache=True)
+def retime_in_order(
+    link: np.ndarray, deps_ptr: np.ndarray, deps: np.ndarray, durations: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each transfer: after its link's previous transfer and its dependencies.
+
+    ``link`` lists transfers in start order with dependencies first, as the
+    replay of :mod:`tacos.simulate` takes them; without switches or port
+    limits the replay reduces to this one pass.
+    """
+    count = link.shape[0]
+    start = np.empty(count)
+    end = np.empty(count)
+    link_end = np.zeros(durations.shape[0])
+    for i in range(count):
+        s = link_end[link[i]]
+        for j in range(deps_ptr[i], deps_ptr[i + 1]):
+            d = deps[j]
+            if d >= i:
+                raise ValueError("a transfer depends on a later one")
+            if end[d] > s:
+                s = end[d]
+        start[i] = s
+        end[i] = s + durations[link[i]]
+        link_end[link[i]] = end[i]
+    return start, end

@@ -1,0 +1,467 @@
+"""The fast engine: the reference greedy, compiled, over bit matrices and columnar transfers.
+
+Same seed, same schedule: :func:`fast_transfers` returns exactly the
+transfers :func:`tacos.synthesizer.collectives.synthesize_transfers` returns
+(as a :class:`~tacos.transfers.TransferTable`), and leaves the ``random.Random``
+it was given in the same state. It makes the same decisions in the same
+order, drawing from a copy of CPython's Mersenne Twister
+(:mod:`tacos.synthesizer._kernels`); only the data structures differ:
+
+* node state is two ``uint64`` bit matrices (``holds``: chunks a node has;
+  ``taken``: has or is receiving), and every link counts the chunks it may
+  send (``holds[u] & ~taken[v]``) per block of 512, updated when ``u`` gains
+  a chunk or ``v`` claims one. A link with nothing to send costs O(1), a
+  random pick O(words / 8 + 8), the "rarest" pick O(words) on bit-sliced
+  counts with no per-chunk work;
+* transfers come out of the event loop already in (start, link) order with
+  their final indices, so a dependency is a table lookup and blocks of
+  transfers can be written out as they are made (:func:`spread_blocks`);
+* pruning and re-timing, the passes the reference runs after the greedy, are
+  array passes here (:func:`retime_npu_links`).
+
+Scope: NPU-only topologies (no switches), one collective whose ranks are all
+the NPUs, All-Gather, Reduce-Scatter or All-Reduce, no NPU port limit. Then
+every node wants every chunk it lacks, so relays (and the reference's
+"brings closer" rule) never arise. :func:`fast_unsupported` says why a
+problem is out of scope; ``synthesize(engine="auto")`` then uses the reference.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacos.collective import Collective, CollectiveKind
+from tacos.errors import TacosError
+from tacos.synthesizer import _kernels as K
+from tacos.synthesizer.greedy import ChunkPolicy, DeliveryCallback
+from tacos.topology import Topology
+from tacos.transfers import TransferTable, concat_ranges
+
+FAST_KINDS = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE)
+BLOCK_TRANSFERS = 1 << 20
+"""Transfers per output block of the event loop (a block is ~20 MiB of columns)."""
+TRACK_DEPS_LIMIT = 1 << 28
+"""Largest nodes x chunks kept in memory (dependencies take an int64 per pair: 2 GiB)."""
+
+
+def fast_unsupported(
+    topology: Topology, collectives: tuple[Collective, ...], sends_in_flight: int | None
+) -> str | None:
+    """Why the fast engine cannot synthesize this problem, or None when it can."""
+    if topology.num_switches:
+        return "the topology has switches"
+    if len(collectives) != 1:
+        return "several tenants share the links"
+    (spec,) = collectives
+    if spec.kind not in FAST_KINDS:
+        return f"{spec.kind} is not All-Gather, Reduce-Scatter or All-Reduce"
+    if len(spec.ranks) != topology.num_npus:
+        return "the ranks are a subset of the NPUs (relays need the reference)"
+    if sends_in_flight is not None:
+        return "NPUs send a limited number of messages at once"
+    if spec.num_chunks >= 2**31 or len(topology.links) >= 2**31:
+        return "more than 2**31 chunks or links"
+    return None
+
+
+# ---------------------------------------------------------------- one greedy spread
+@dataclass(frozen=True)
+class Sources:
+    """Where each chunk starts (one source per chunk), since when, made available by what.
+
+    ``deps`` (CSR by chunk, ``deps_ptr``) are indices of earlier transfers, as
+    :class:`tacos.synthesizer.greedy.ChunkSource` has them.
+    """
+
+    node: np.ndarray
+    chunk: np.ndarray
+    time: np.ndarray
+    deps_ptr: np.ndarray
+    deps: np.ndarray
+
+    @classmethod
+    def at_owners(cls, spec: Collective) -> Sources:
+        """Every chunk on its owner at time 0 (All-Gather's precondition)."""
+        chunks = np.arange(spec.num_chunks, dtype=np.int64)
+        owners = np.asarray(spec.ranks, np.int64)[chunks // spec.chunks_per_rank]
+        empty = np.zeros(spec.num_chunks + 1, np.int64)
+        return cls(owners, chunks, np.zeros(spec.num_chunks), empty, np.zeros(0, np.int64))
+
+
+@dataclass
+class Block:
+    """Consecutive transfers of one spread, in (start, link) order (the final order).
+
+    Each transfer's sender and receiver are its link's ends, it ends
+    ``start + link time``, and it depends on the transfer that brought its
+    chunk to the sender (:func:`dependencies` finds them), or on the source's
+    dependencies.
+    """
+
+    chunk: np.ndarray
+    link: np.ndarray
+    start: np.ndarray
+
+
+def spread_blocks(
+    topology: Topology,
+    sources: Sources,
+    num_chunks: int,
+    chunk_bytes: int,
+    rng: random.Random,
+    policy: ChunkPolicy,
+    *,
+    link_free_at: np.ndarray | None = None,
+    on_delivery: DeliveryCallback | None = None,
+) -> Iterator[Block]:
+    """Run :func:`tacos.synthesizer.greedy.greedy_spread` compiled, yielding transfer blocks.
+
+    Every node wants every chunk it does not start with. Blocks come as soon as
+    they are full, so a caller may stream them to disk instead of keeping them.
+    ``rng`` advances exactly as the reference advances it.
+    """
+    state = _SpreadKernel(topology, sources, num_chunks, chunk_bytes, rng, policy, link_free_at)
+    while True:
+        status, block, delivered = state.run()
+        if on_delivery and delivered:
+            on_delivery(delivered)
+        if len(block.chunk):
+            yield block
+        if status == K.DONE:
+            state.save_rng()
+            return
+        if status == K.STUCK:
+            raise TacosError(
+                f"topology {topology.name!r}: some chunk can never reach some node; "
+                "check that the topology is strongly connected"
+            )
+
+
+class _SpreadKernel:
+    """The arrays :func:`tacos.synthesizer._kernels.run_spread` works on, kept between calls."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        sources: Sources,
+        num_chunks: int,
+        chunk_bytes: int,
+        rng: random.Random,
+        policy: ChunkPolicy,
+        link_free_at: np.ndarray | None,
+    ) -> None:
+        n, num_links = topology.num_nodes, len(topology.links)
+        words = (num_chunks + 63) // 64
+        blocks = (words + K.BLOCK - 1) // K.BLOCK
+        self.rng = rng
+        self.link_src = np.fromiter((lk.src for lk in topology.links), np.int64, num_links)
+        self.link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, num_links)
+        self.link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
+        self.out_ptr, self.out_links = _csr(topology.out_links)
+        self.in_ptr, self.in_links = _csr(topology.in_links)
+        # The reference's in-neighbours are nodes (parallel links count once); a node's
+        # gain raises the "rarest" count at each of its distinct out-neighbours.
+        receivers = [sorted({topology.links[i].dst for i in ids}) for ids in topology.out_links]
+        self.onbr_ptr, self.onbrs = _csr(receivers)
+        most_senders = max(len({topology.links[i].src for i in ids}) for ids in topology.in_links)
+        # Transfers started together on links of equal duration end together.
+        class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
+        self.class_time = np.ascontiguousarray(class_time, np.float64)
+        self.link_class = self.link_class.astype(np.int64)
+        order = np.argsort(sources.time, kind="stable")
+        self.source_time = np.ascontiguousarray(sources.time[order], np.float64)
+        self.source_node = np.ascontiguousarray(sources.node[order], np.int64)
+        self.source_chunk = np.ascontiguousarray(sources.chunk[order], np.int64)
+        self.policy = K.RANDOM if policy == "random" else K.RAREST
+
+        self.holds = np.zeros((n, words), np.uint64)
+        self.taken = np.zeros((n, words), np.uint64)
+        self.block_count = np.zeros((num_links, max(1, blocks)), np.int32)
+        self.count = np.zeros(num_links, np.int64)
+        planes = most_senders.bit_length() if self.policy == K.RAREST else 0
+        self.levels = np.zeros((n, words, planes) if planes else (1, 1, 0), np.uint64)
+        copies = np.bincount(sources.chunk, minlength=num_chunks)
+        self.copy_planes = _bit_planes(copies, words, n) if planes else np.zeros((1, 0), np.uint64)
+        self.free_at = np.zeros(num_links)
+        self.flight_chunk = np.full(num_links, -1, np.int64)
+        self.heap_time = np.zeros(num_links + 1)
+        self.heap_link = np.zeros(num_links + 1, np.int64)
+        self.next_in_group = np.full(num_links, -1, np.int64)
+        version, internal, self.gauss_next = rng.getstate()
+        if version != 3 or len(internal) != K.MT_WORDS + 1:
+            raise TacosError(f"unexpected random.Random state version {version}")
+        self.mt = np.asarray(internal[: K.MT_WORDS], np.int64)
+        self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
+        self.counters[K.C_MT_POS] = internal[K.MT_WORDS]
+        self.counters[K.C_COPY_PLANES] = int(copies.max(initial=0)).bit_length()
+        # The reference's `remaining`: every node wants every chunk it does not start with.
+        held = np.unique(self.source_node * num_chunks + self.source_chunk).size
+        self.counters[K.C_REMAINING] = n * num_chunks - held
+        self.marked = np.zeros(num_links, np.bool_)
+        self.candidates = np.zeros(num_links, np.int64)
+        self.order = np.zeros(num_links, np.int64)
+        self.sent = np.full(num_links, -1, np.int64)
+        self.touched = np.zeros(n, np.int64)
+        self.is_touched = np.zeros(n, np.bool_)
+        self.class_head = np.full(len(self.class_time), -1, np.int64)
+        self.class_tail = np.zeros(len(self.class_time), np.int64)
+        self.claim_head = np.full(n, -1, np.int64)
+        self.claim_next = np.zeros(num_links, np.int64)
+        self.excluded = np.zeros(max(1, max(len(ids) for ids in topology.in_links)), np.int64)
+        self.class_order = np.zeros(len(self.class_time), np.int64)
+        self.best_words = np.zeros(words, np.int64)
+        self.best_masks = np.zeros(words, np.uint64)
+        self.capacity = max(BLOCK_TRANSFERS, 2 * num_links)
+        for link, free_at in enumerate(() if link_free_at is None else link_free_at.tolist()):
+            if free_at > 0:
+                self.free_at[link] = free_at
+                K.heap_push(self.heap_time, self.heap_link, self.counters, free_at, link)
+
+    def run(self) -> tuple[int, Block, int]:
+        """One call of the kernel: status, the block it filled, deliveries during it."""
+        block = Block(
+            np.empty(self.capacity, np.int64),
+            np.empty(self.capacity, np.int64),
+            np.empty(self.capacity, np.float64),
+        )
+        self.counters[K.C_OUT] = 0
+        delivered = int(self.counters[K.C_DELIVERED])
+        status = K.run_spread(
+            self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
+            self.in_ptr, self.in_links, self.onbr_ptr, self.onbrs, self.link_class,
+            self.class_time, self.source_time, self.source_node, self.source_chunk, self.policy,
+            self.holds, self.taken, self.block_count, self.count, self.levels,
+            self.copy_planes, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
+            self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
+            self.order, self.sent, self.touched, self.is_touched, self.class_head,
+            self.class_tail, self.class_order, self.claim_head, self.claim_next, self.excluded,
+            self.best_words, self.best_masks,
+            block.chunk, block.link, block.start,
+        )  # fmt: skip
+        used = int(self.counters[K.C_OUT])
+        # Copies, not views, so the big buffers are freed when the caller moves on.
+        block = Block(*(column[:used].copy() for column in vars(block).values()))
+        return int(status), block, int(self.counters[K.C_DELIVERED]) - delivered
+
+    def save_rng(self) -> None:
+        """Leave the caller's ``random.Random`` where the reference would have left it."""
+        internal = (*self.mt.tolist(), int(self.counters[K.C_MT_POS]))
+        self.rng.setstate((3, internal, self.gauss_next))
+
+
+def _bit_planes(values: np.ndarray, words: int, largest: int) -> np.ndarray:
+    """``planes[w, q]``: bit q of ``values[64 w .. 64 w + 63]``, for values up to ``largest``."""
+    num_planes = max(1, largest.bit_length())
+    padded = np.zeros(words * 64, np.uint64)
+    padded[: len(values)] = values
+    bits = (padded[:, None] >> np.arange(num_planes, dtype=np.uint64)) & np.uint64(1)
+    weights = np.uint64(1) << np.arange(64, dtype=np.uint64)
+    planes = (bits.reshape(words, 64, num_planes) * weights[None, :, None]).sum(axis=1)
+    return planes.astype(np.uint64)
+
+
+def _csr(rows: tuple[tuple[int, ...], ...] | list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    return ptr, np.fromiter((x for r in rows for x in r), np.int64, int(ptr[-1]))
+
+
+# ---------------------------------------------------------------- collectives on arrays
+@dataclass(frozen=True)
+class FastSettings:
+    """The reference's :class:`~tacos.synthesizer.collectives.Settings`, minus the port limit."""
+
+    rng: random.Random
+    policy: ChunkPolicy = "rarest"
+    on_delivery: DeliveryCallback | None = None
+
+
+def fast_transfers(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
+    """The transfers ``synthesize_transfers`` returns for ``spec``, as a table."""
+    if spec.kind is CollectiveKind.ALL_REDUCE:
+        return _all_reduce(topology, spec, settings)
+    if spec.kind is CollectiveKind.REDUCE_SCATTER:
+        return _reduce_scatter(topology, spec, settings)
+    return _spread(topology, spec, Sources.at_owners(spec), settings)
+
+
+def _spread(
+    topology: Topology,
+    spec: Collective,
+    sources: Sources,
+    settings: FastSettings,
+    *,
+    link_free_at: np.ndarray | None = None,
+    earlier: TransferTable | None = None,
+) -> TransferTable:
+    """Greedy spread after ``earlier``, merged with it in (start, link) order and re-timed.
+
+    The reference also prunes here; with every node wanting every chunk it
+    lacks, every copy delivers a wanted chunk, so nothing is ever pruned.
+    """
+    if topology.num_nodes * spec.num_chunks > TRACK_DEPS_LIMIT:
+        raise TacosError(
+            f"{topology.num_nodes} nodes x {spec.num_chunks} chunks is too large to keep "
+            "in memory; stream the spread with tacos.synthesizer.fast.spread_blocks"
+        )
+    blocks = list(
+        spread_blocks(
+            topology,
+            sources,
+            spec.num_chunks,
+            spec.chunk_bytes,
+            settings.rng,
+            settings.policy,
+            link_free_at=link_free_at,
+            on_delivery=settings.on_delivery,
+        )
+    )
+    offset = 0 if earlier is None else len(earlier)
+    spread = _table(topology, blocks, sources, offset, spec.chunk_bytes)
+    if earlier is not None:
+        spread = _concat(earlier, spread)
+        spread = spread.take(np.lexsort((spread.link, spread.start)))
+    return retime_npu_links(spread, topology, spec.chunk_bytes)
+
+
+def dependencies(
+    chunk: np.ndarray, src: np.ndarray, dst: np.ndarray, num_nodes: int, num_chunks: int
+) -> np.ndarray:
+    """For each transfer of a spread, the index of the transfer that brought its chunk to
+    its sender (-1 when the sender is the chunk's source).
+
+    Every (node, chunk) is delivered at most once, so one dense index over all
+    pairs answers every lookup (``num_nodes * num_chunks`` int64s).
+    """
+    delivered_by = np.full(num_nodes * num_chunks, -1, np.int64)
+    delivered_by[dst * num_chunks + chunk] = np.arange(len(chunk))
+    return delivered_by[src * num_chunks + chunk]
+
+
+def _table(
+    topology: Topology, blocks: list[Block], sources: Sources, offset: int, chunk_bytes: int
+) -> TransferTable:
+    """Blocks as transfers: endpoints from the links, dependencies on arrivals or sources."""
+    chunk = np.concatenate([b.chunk for b in blocks]) if blocks else np.zeros(0, np.int64)
+    link = np.concatenate([b.link for b in blocks]) if blocks else np.zeros(0, np.int64)
+    start = np.concatenate([b.start for b in blocks]) if blocks else np.zeros(0)
+    link_src, link_dst = _endpoints(topology)
+    src, dst = link_src[link], link_dst[link]
+    num_chunks = len(sources.deps_ptr) - 1
+    dep = dependencies(chunk, src, dst, topology.num_nodes, num_chunks)
+    durations = np.asarray(topology.link_times_us(chunk_bytes))
+    own = dep >= 0
+    lengths = np.where(own, 1, np.diff(sources.deps_ptr)[chunk])
+    ptr = np.zeros(len(chunk) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    deps = np.empty(int(ptr[-1]), np.int64)
+    deps[ptr[:-1][own]] = dep[own] + offset
+    from_source = np.nonzero(~own)[0]
+    if len(from_source):
+        positions = concat_ranges(ptr[from_source], lengths[from_source])
+        picks = concat_ranges(sources.deps_ptr[chunk[from_source]], lengths[from_source])
+        deps[positions] = sources.deps[picks]
+    op = np.zeros(len(chunk), np.uint8)
+    return TransferTable(chunk, src, dst, link, start, start + durations[link], op, ptr, deps)
+
+
+def _reduce_scatter(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
+    """All-Gather on the transposed topology, played backwards as reductions."""
+    mirror = Collective(
+        CollectiveKind.ALL_GATHER, spec.ranks, spec.chunks_per_rank, spec.chunk_bytes
+    )
+    spread = _spread(topology.transposed(), mirror, Sources.at_owners(mirror), settings)
+    finish = spread.end.max()
+    # Played backwards, transfer X waits for the reversals of the transfers that
+    # forwarded what X delivered: CSR-transpose the dependency graph.
+    rows = spread.dep_rows
+    by_dep = np.argsort(spread.deps, kind="stable")
+    ptr = np.zeros(len(spread) + 1, np.int64)
+    np.cumsum(np.bincount(spread.deps, minlength=len(spread)), out=ptr[1:])
+    backwards = TransferTable(
+        spread.chunk,
+        spread.dst,
+        spread.src,
+        spread.link,
+        finish - spread.end,
+        finish - spread.start,
+        np.ones(len(spread), np.uint8),
+        ptr,
+        rows[by_dep],
+    )
+    backwards = backwards.take(np.lexsort((backwards.link, backwards.start)))
+    return retime_npu_links(backwards, topology, spec.chunk_bytes)
+
+
+def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
+    """Reduce-Scatter, then All-Gather of each reduced chunk from its owner, overlapped."""
+    reduction = _reduce_scatter(topology, spec, settings)
+    owners = np.asarray(spec.ranks, np.int64)[reduction.chunk // spec.chunks_per_rank]
+    final = np.nonzero(reduction.dst == owners)[0]  # reductions into the owner
+    final = final[np.argsort(reduction.chunk[final], kind="stable")]
+    final_chunks = reduction.chunk[final]
+    ptr = np.zeros(spec.num_chunks + 1, np.int64)
+    np.cumsum(np.bincount(final_chunks, minlength=spec.num_chunks), out=ptr[1:])
+    ready = np.zeros(spec.num_chunks)
+    np.maximum.at(ready, final_chunks, reduction.end[final])
+    link_free_at = np.zeros(len(topology.links))
+    np.maximum.at(link_free_at, reduction.link, reduction.end)
+    at_owners = Sources.at_owners(spec)
+    sources = Sources(at_owners.node, at_owners.chunk, ready, ptr, final)
+    return _spread(topology, spec, sources, settings, link_free_at=link_free_at, earlier=reduction)
+
+
+def retime_npu_links(
+    transfers: TransferTable, topology: Topology, chunk_bytes: int
+) -> TransferTable:
+    """The reference's ``retime_asap`` for NPU-only links and no port limit, on arrays.
+
+    Each transfer starts when the previous transfer on its link (in list order)
+    and its dependencies have ended, which is what the replay computes when no
+    switch reorders anything; the result is sorted by (start, link, position).
+    """
+    durations = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
+    start, end = K.retime_in_order(transfers.link, transfers.deps_ptr, transfers.deps, durations)
+    retimed = TransferTable(
+        transfers.chunk,
+        transfers.src,
+        transfers.dst,
+        transfers.link,
+        start,
+        end,
+        transfers.op,
+        transfers.deps_ptr,
+        transfers.deps,
+    )
+    return retimed.take(np.lexsort((transfers.link, start)))
+
+
+def _concat(first: TransferTable, second: TransferTable) -> TransferTable:
+    """``first`` then ``second`` (whose dependencies already index the combined list)."""
+
+    def both(name: str) -> np.ndarray:
+        return np.concatenate((getattr(first, name), getattr(second, name)))
+
+    return TransferTable(
+        both("chunk"),
+        both("src"),
+        both("dst"),
+        both("link"),
+        both("start"),
+        both("end"),
+        both("op"),
+        np.concatenate((first.deps_ptr, second.deps_ptr[1:] + first.deps_ptr[-1])),
+        both("deps"),
+    )
+
+
+def _endpoints(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+    count = len(topology.links)
+    return (
+        np.fromiter((lk.src for lk in topology.links), np.int64, count),
+        np.fromiter((lk.dst for lk in topology.links), np.int64, count),
+    )

@@ -1,0 +1,187 @@
+"""Columnar transfers: a schedule's transfer list as numpy arrays.
+
+A 4096-NPU All-Gather has 16.7 million transfers; as :class:`Transfer`
+objects that is gigabytes and minutes of Python. :class:`TransferTable` keeps
+one array per field (dependencies in CSR form: the dependencies of transfer
+``i`` are ``deps[deps_ptr[i]:deps_ptr[i + 1]]``) and still *is* a
+``Sequence[Transfer]``: indexing or iterating builds :class:`Transfer` objects
+on the fly, so every consumer of :attr:`Schedule.transfers` keeps working on
+small schedules, while vectorised consumers (the verifier's array path, the
+JSON writer, the scale benchmark) read the arrays directly.
+
+Example:
+    >>> from tacos.schedule import Op, Transfer
+    >>> table = TransferTable.from_transfers([Transfer(0, 0, 1, 0, 0.0, 1.5, Op.COPY, ())])
+    >>> len(table), table[0].end, table.end.dtype
+    (1, 1.5, dtype('float64'))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import numpy as np
+
+from tacos.schedule import Op, Transfer
+
+OP_CODES = (Op.COPY, Op.REDUCE)
+"""``op`` column values: 0 is a copy, 1 a reduction."""
+
+
+@dataclass(frozen=True, eq=False)
+class TransferTable(Sequence[Transfer]):
+    """Transfers as parallel arrays, in the order a schedule lists them."""
+
+    chunk: np.ndarray  # int64
+    src: np.ndarray  # int64
+    dst: np.ndarray  # int64
+    link: np.ndarray  # int64
+    start: np.ndarray  # float64
+    end: np.ndarray  # float64
+    op: np.ndarray  # uint8, index into OP_CODES
+    deps_ptr: np.ndarray  # int64, len + 1 entries
+    deps: np.ndarray  # int64
+
+    def __post_init__(self) -> None:
+        count = len(self.chunk)
+        for name in ("src", "dst", "link", "start", "end", "op"):
+            if len(getattr(self, name)) != count:
+                raise ValueError(
+                    f"column {name!r} has {len(getattr(self, name))} rows, not {count}"
+                )
+        if len(self.deps_ptr) != count + 1 or self.deps_ptr[-1] != len(self.deps):
+            raise ValueError(
+                "deps_ptr must have one entry per transfer plus one, ending at len(deps)"
+            )
+
+    # ------------------------------------------------------------ Sequence
+    def __len__(self) -> int:
+        return len(self.chunk)
+
+    @overload
+    def __getitem__(self, index: int) -> Transfer: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Transfer]: ...
+
+    def __getitem__(self, index: int | slice) -> Transfer | list[Transfer]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"transfer {index} out of range 0..{len(self) - 1}")
+        first, last = self.deps_ptr[index], self.deps_ptr[index + 1]
+        return Transfer(
+            int(self.chunk[index]),
+            int(self.src[index]),
+            int(self.dst[index]),
+            int(self.link[index]),
+            float(self.start[index]),
+            float(self.end[index]),
+            OP_CODES[self.op[index]],
+            tuple(self.deps[first:last].tolist()),
+        )
+
+    def __iter__(self) -> Iterator[Transfer]:
+        ops = [OP_CODES[o] for o in self.op.tolist()]
+        ptr = self.deps_ptr.tolist()
+        deps = self.deps.tolist()
+        rows = zip(
+            self.chunk.tolist(),
+            self.src.tolist(),
+            self.dst.tolist(),
+            self.link.tolist(),
+            self.start.tolist(),
+            self.end.tolist(),
+            ops,
+            strict=True,
+        )
+        for i, (chunk, src, dst, link, start, end, op) in enumerate(rows):
+            yield Transfer(chunk, src, dst, link, start, end, op, tuple(deps[ptr[i] : ptr[i + 1]]))
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_transfers(cls, transfers: Sequence[Transfer]) -> TransferTable:
+        """The table holding exactly ``transfers`` (a table is returned as is)."""
+        if isinstance(transfers, TransferTable):
+            return transfers
+        count = len(transfers)
+        lengths = np.fromiter((len(t.deps) for t in transfers), np.int64, count)
+        ptr = np.zeros(count + 1, np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        return cls(
+            np.fromiter((t.chunk for t in transfers), np.int64, count),
+            np.fromiter((t.src for t in transfers), np.int64, count),
+            np.fromiter((t.dst for t in transfers), np.int64, count),
+            np.fromiter((t.link for t in transfers), np.int64, count),
+            np.fromiter((t.start for t in transfers), np.float64, count),
+            np.fromiter((t.end for t in transfers), np.float64, count),
+            np.fromiter((t.op is Op.REDUCE for t in transfers), np.uint8, count),
+            ptr,
+            np.fromiter((d for t in transfers for d in t.deps), np.int64, int(ptr[-1])),
+        )
+
+    def take(self, order: np.ndarray) -> TransferTable:
+        """Rows ``order[0], order[1], ...`` with dependency indices rewritten to match.
+
+        Every dependency must be among the kept rows (as after sorting); each
+        row's dependencies come out ascending, as :func:`renumber` writes them.
+        """
+        order = np.asarray(order, np.int64)
+        new_index = np.empty(len(self), np.int64)
+        new_index[order] = np.arange(len(order))
+        lengths = np.diff(self.deps_ptr)[order]
+        ptr = np.zeros(len(order) + 1, np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        rows = np.repeat(np.arange(len(order)), lengths)
+        gather = concat_ranges(self.deps_ptr[order], lengths)
+        deps = new_index[self.deps[gather]]
+        deps = deps[np.lexsort((deps, rows))]
+        return TransferTable(
+            self.chunk[order],
+            self.src[order],
+            self.dst[order],
+            self.link[order],
+            self.start[order],
+            self.end[order],
+            self.op[order],
+            ptr,
+            deps,
+        )
+
+    @property
+    def dep_rows(self) -> np.ndarray:
+        """For each entry of :attr:`deps`, the transfer that has it as a dependency."""
+        return np.repeat(np.arange(len(self)), np.diff(self.deps_ptr))
+
+    def columns(self) -> dict[str, list[Any]]:
+        """The JSON columns of :meth:`tacos.schedule.Schedule.to_dict`, as plain lists."""
+        ptr = self.deps_ptr.tolist()
+        deps = self.deps.tolist()
+        return {
+            "chunk": self.chunk.tolist(),
+            "src": self.src.tolist(),
+            "dst": self.dst.tolist(),
+            "link": self.link.tolist(),
+            "start": self.start.tolist(),
+            "end": self.end.tolist(),
+            "op": [OP_CODES[o].value for o in self.op.tolist()],
+            "deps": [deps[ptr[i] : ptr[i + 1]] for i in range(len(self))],
+        }
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the arrays."""
+        return sum(getattr(self, name).nbytes for name in self.__dataclass_fields__)
+
+
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + n)`` for every ``(s, n)``, without a Python loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return offsets + np.arange(total)

@@ -1,0 +1,123 @@
+"""The fast engine makes exactly the reference's schedules; its helpers agree with the originals.
+
+The reference greedy (tacos.synthesizer.greedy) is the oracle: same seed, same
+policy, same transfers, byte for byte, and the same random-number state after.
+"""
+
+import random
+
+import pytest
+
+import tacos
+from tacos.collective import Collective, CollectiveKind
+from tacos.errors import TacosError
+from tacos.synthesizer import fast
+from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
+from tacos.topology import Link, Topology
+
+AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
+
+
+def heterogeneous_mesh(x, y):
+    """Fast links along dimension 0, slow ones along dimension 1 (two link durations)."""
+    base = tacos.from_spec(f"mesh2d:{x}x{y}")
+    links = tuple(
+        Link(lk.src, lk.dst, 200.0 if abs(lk.src - lk.dst) == 1 else 50.0, lk.latency_us)
+        for lk in base.links
+    )
+    return Topology(base.num_npus, links, name="hetero")
+
+
+def random_topology(rnd, n):
+    """A directed cycle plus random links (some parallel), random bandwidths and latencies."""
+    order = rnd.sample(range(n), n)
+    pairs = sorted({(order[i], order[(i + 1) % n]) for i in range(n)}
+                   | {(rnd.randrange(n), rnd.randrange(n)) for _ in range(2 * n)})  # fmt: skip
+    links = [Link(u, v, rnd.choice([12.5, 50.0, 300.0]), rnd.choice([0.0, 0.5, 3.0]))
+             for u, v in pairs if u != v]  # fmt: skip
+    return Topology(n, tuple(links + links[:2]), name="random")
+
+
+def both_engines(topo, spec, seed, policy):
+    reference = tacos.synthesize(topo, spec, seed=seed, policy=policy, engine="reference")
+    compiled = tacos.synthesize(topo, spec, seed=seed, policy=policy, engine="fast")
+    return reference, compiled
+
+
+@pytest.mark.parametrize(
+    "name", ["ring:6", "mesh2d:4x5", "torus2d:4x4", "torus3d:3x3x3", "hypercube:4", "hetero"]
+)
+@pytest.mark.parametrize("kind", [AG, RS, AR])
+@pytest.mark.parametrize("policy", ["rarest", "random"])
+def test_fast_makes_the_reference_schedule(name, kind, policy):
+    topo = heterogeneous_mesh(4, 3) if name == "hetero" else tacos.from_spec(name)
+    spec = Collective(kind, tuple(topo.npus), 2, 2**20)
+    reference, compiled = both_engines(topo, spec, 5, policy)
+    assert list(compiled.transfers) == list(reference.transfers)
+    assert compiled.meta == {**reference.meta, "engine": "fast"}
+    assert compiled.to_json() == reference.to_json().replace('"reference"', '"fast"')
+    assert tacos.verify(compiled).ok and tacos.verify(reference).ok
+
+
+def test_fast_matches_on_random_heterogeneous_topologies_and_many_chunks():
+    rnd = random.Random(7)
+    for trial in range(40):
+        topo = random_topology(rnd, rnd.randint(2, 8))
+        kind = rnd.choice([AG, RS, AR])
+        # Up to 8 * 90 = 720 chunks: several words and blocks per bit row.
+        spec = Collective(kind, tuple(topo.npus), rnd.choice([1, 3, 90]), rnd.choice([1, 2**20]))
+        policy = rnd.choice(["rarest", "random"])
+        reference, compiled = both_engines(topo, spec, rnd.randrange(10**6), policy)
+        assert list(compiled.transfers) == list(reference.transfers), trial
+
+
+@pytest.mark.parametrize("policy", ["rarest", "random"])
+def test_the_random_number_generator_ends_where_the_reference_leaves_it(policy):
+    topo = tacos.from_spec("torus2d:3x4")
+    tenants = Tenants((Collective(AR, tuple(topo.npus), 2),))
+    reference_rng, fast_rng = random.Random(3), random.Random(3)
+    synthesize_transfers(topo, tenants, Settings(reference_rng, policy))
+    fast.fast_transfers(topo, tenants.specs[0], fast.FastSettings(fast_rng, policy))
+    assert fast_rng.getstate() == reference_rng.getstate()
+
+
+def test_auto_takes_the_fast_engine_only_where_it_applies():
+    mesh = tacos.from_spec("mesh2d:10x10")
+    spec = Collective(AG, tuple(mesh.npus))
+    assert tacos.synthesize(mesh, spec).meta["engine"] == "fast"
+    small = tacos.from_spec("ring:4")
+    assert tacos.synthesize(small, Collective(AG, (0, 1, 2, 3))).meta["engine"] == "reference"
+    switch = tacos.from_spec("switch:80")
+    switched = Collective(AG, tuple(switch.npus))
+    assert tacos.synthesize(switch, switched).meta["engine"] == "reference"
+    with pytest.raises(TacosError, match="fast engine cannot synthesize this: the topology has"):
+        tacos.synthesize(switch, switched, engine="fast")
+    subset = Collective(AG, tuple(range(0, 100, 2)))
+    assert tacos.synthesize(mesh, subset).meta["engine"] == "reference"
+    one_port = tacos.synthesize(mesh, spec, sends_in_flight=1)
+    assert one_port.meta["engine"] == "reference"
+
+
+def test_progress_reaches_the_total_with_the_fast_engine():
+    topo = tacos.from_spec("ring:6")
+    seen = []
+    tacos.synthesize(
+        topo,
+        Collective(AR, tuple(topo.npus)),
+        engine="fast",
+        progress=lambda d, t: seen.append((d, t)),
+    )
+    assert seen[-1] == (2 * 5 * 6, 2 * 5 * 6)
+
+
+def test_best_of_several_seeds_keeps_the_fastest_and_is_deterministic():
+    topo = tacos.from_spec("torus2d:4x4")
+    spec = Collective(AG, tuple(topo.npus), 2)
+    alone = [tacos.synthesize(topo, spec, seed=s, policy="random") for s in range(5, 8)]
+    best = tacos.synthesize(topo, spec, seed=5, policy="random", tries=3)
+    fastest = min(alone, key=lambda s: s.collective_time_us)
+    assert best.collective_time_us == fastest.collective_time_us
+    assert best.meta["seed"] == fastest.meta["seed"] and best.meta["tries"] == 3
+    assert list(best.transfers) == list(fastest.transfers)
+    with pytest.raises(TacosError, match="tries must be at least 1"):
+        tacos.synthesize(topo, spec, tries=0)

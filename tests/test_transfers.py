@@ -1,0 +1,85 @@
+"""Columnar transfers (TransferTable) and streamed All-Gathers stand in for transfer lists."""
+
+import numpy as np
+import pytest
+
+import tacos
+from tacos.collective import Collective, CollectiveKind
+from tacos.errors import TacosError
+from tacos.schedule import Schedule
+from tacos.stream import open_stream, stream_all_gather, to_table
+from tacos.synthesizer.timing import renumber
+from tacos.transfers import TransferTable
+
+
+@pytest.fixture(scope="module")
+def all_reduce():
+    topo = tacos.from_spec("torus2d:3x3")
+    spec = Collective(CollectiveKind.ALL_REDUCE, tuple(topo.npus), 2, 3000)
+    return tacos.synthesize(topo, spec, seed=7, engine="reference")
+
+
+def test_a_table_is_the_same_sequence_as_its_list(all_reduce):
+    transfers = list(all_reduce.transfers)
+    table = TransferTable.from_transfers(transfers)
+    assert len(table) == len(transfers)
+    assert list(table) == transfers
+    assert [table[i] for i in range(-3, 3)] == transfers[-3:] + transfers[:3]
+    assert table[2:7] == transfers[2:7]
+    assert TransferTable.from_transfers(table) is table
+    with pytest.raises(IndexError):
+        table[len(transfers)]
+
+
+def test_json_of_a_table_is_byte_identical_to_json_of_the_list(all_reduce):
+    table = TransferTable.from_transfers(list(all_reduce.transfers))
+    as_table = Schedule(all_reduce.topology, all_reduce.collective, table, all_reduce.meta)
+    assert as_table.to_json() == all_reduce.to_json()
+    assert as_table.collective_time_us == all_reduce.collective_time_us
+    again = Schedule.from_json(as_table.to_json())
+    assert list(again.transfers) == list(table)
+
+
+def test_take_renumbers_dependencies_like_renumber(all_reduce):
+    transfers = list(all_reduce.transfers)
+    order = np.random.default_rng(1).permutation(len(transfers))
+    table = TransferTable.from_transfers(transfers)
+    assert list(table.take(order)) == renumber(transfers, order.tolist())
+
+
+def test_columns_must_agree_in_length():
+    ints, floats = np.zeros(2, np.int64), np.zeros(2)
+    with pytest.raises(ValueError, match="column 'src' has 1 rows"):
+        TransferTable(ints, ints[:1], ints, ints, floats, floats, ints.astype(np.uint8),
+                      np.zeros(3, np.int64), ints[:0])  # fmt: skip
+
+
+def test_a_streamed_all_gather_is_the_synthesized_one(tmp_path):
+    topo = tacos.from_spec("mesh2d:4x6")
+    spec = Collective(CollectiveKind.ALL_GATHER, tuple(topo.npus), 2, 2**20)
+    seen = []
+    summary = stream_all_gather(
+        topo,
+        spec,
+        tmp_path / "ag.bin",
+        seed=3,
+        policy="random",
+        progress=lambda d, t: seen.append(d),
+    )
+    synthesized = tacos.synthesize(topo, spec, seed=3, policy="random")
+    header, records = open_stream(tmp_path / "ag.bin")
+    assert header["count"] == summary.transfers == len(records) == len(synthesized.transfers)
+    assert summary.collective_time_us == synthesized.collective_time_us
+    assert seen[-1] == 23 * 48
+    loaded = to_table(tmp_path / "ag.bin")
+    assert list(loaded.transfers) == list(synthesized.transfers)
+    assert not (tmp_path / "ag.bin.partial").exists()
+
+
+def test_only_all_gathers_in_scope_stream(tmp_path):
+    ring = tacos.from_spec("ring:4")
+    with pytest.raises(TacosError, match="only All-Gathers"):
+        stream_all_gather(ring, Collective(CollectiveKind.ALL_REDUCE, (0, 1, 2, 3)), tmp_path / "x")
+    (tmp_path / "junk").write_text("hello\n")
+    with pytest.raises(TacosError, match="not a TACOS transfer stream"):
+        open_stream(tmp_path / "junk")
