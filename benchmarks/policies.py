@@ -18,8 +18,9 @@ import time
 import tacos
 from tacos.collective import Collective, CollectiveKind
 
-SUITE = ["ring:64", "ring:256", "ring:1024", "torus2d:8x8", "torus2d:16x16", "torus2d:32x32",
-         "torus3d:4x4x4", "torus3d:8x8x8", "mesh2d:16x16", "mesh2d:32x32", "hypercube:8"]  # fmt: skip
+SUITE = ["ring:64", "ring:256", "ring:1024", "torus2d:8x8", "torus2d:16x16",
+         "torus2d:32x32", "torus3d:4x4x4", "torus3d:8x8x8", "mesh2d:16x16", "mesh2d:32x32",
+         "hypercube:8"]  # fmt: skip
 
 
 def main() -> None:

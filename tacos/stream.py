@@ -34,7 +34,13 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
-from tacos.synthesizer.fast import Sources, dependencies, fast_unsupported, spread_blocks
+from tacos.synthesizer.fast import (
+    Sources,
+    dependencies,
+    fast_unsupported,
+    link_endpoints,
+    spread_blocks,
+)
 from tacos.synthesizer.greedy import ChunkPolicy
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
@@ -148,8 +154,7 @@ def to_table(path: str | Path) -> Schedule:
     chunk = records["chunk"].astype(np.int64)
     link = records["link"].astype(np.int64)
     start = np.array(records["start"], np.float64)
-    link_src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
-    link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
+    link_src, link_dst = link_endpoints(topology)
     src, dst = link_src[link], link_dst[link]
     dep = dependencies(chunk, src, dst, topology.num_nodes, collective.num_chunks)
     has_dep = dep >= 0

@@ -172,11 +172,6 @@ class TransferTable(Sequence[Transfer]):
             "deps": [deps[ptr[i] : ptr[i + 1]] for i in range(len(self))],
         }
 
-    @property
-    def nbytes(self) -> int:
-        """Memory held by the arrays."""
-        return sum(getattr(self, name).nbytes for name in self.__dataclass_fields__)
-
 
 def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenated ``arange(s, s + n)`` for every ``(s, n)``, without a Python loop."""

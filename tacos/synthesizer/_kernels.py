@@ -66,6 +66,14 @@ lowest_bit = _llvm_bit_op("llvm.cttz.i64")
 """Index of the lowest set bit of a non-zero uint64 (one TZCNT instruction)."""
 
 
+@njit(cache=True, inline="always")
+def _nth_bit(bits: np.uint64, r: int) -> int:
+    """Index of the ``r``-th lowest set bit of ``bits`` (which has more than ``r``)."""
+    for _ in range(r):
+        bits &= bits - _ONE
+    return lowest_bit(bits)
+
+
 # ---------------------------------------------------------------- CPython's MT19937
 @njit(cache=True)
 def _mt_twist(mt: np.ndarray) -> None:
@@ -318,9 +326,7 @@ def _pick_random(
         bits = _row_word(u, v, w, holds, taken, excluded, num)
         here = popcount(bits)
         if r < here:
-            for _ in range(r):
-                bits &= bits - _ONE
-            return w * 64 + lowest_bit(bits)
+            return w * 64 + _nth_bit(bits, r)
         r -= here
         w += 1
 
@@ -356,9 +362,9 @@ def _pick_rarest(
     num_levels = levels.shape[2]
     num_copy_planes = counters[C_COPY_PLANES]  # planes above are zero for every chunk
     words = holds.shape[1]
+    # Pass 1: each word's fewest-holders members; keep the words at the running minimum.
     num_best = 0
     best_h = 1 << 62
-    best_copies = 1 << 62
     for block in range(block_count.shape[1]):
         if _block_size(link, block, block_count, excluded, num) == 0:
             continue
@@ -373,34 +379,43 @@ def _pick_rarest(
                     members = lower
                 else:
                     h |= 1 << p
-            if h > best_h:
-                continue
-            c = 0
-            for q in range(num_copy_planes - 1, -1, -1):
-                lower = members & ~copy_planes[w, q]
-                if lower:
-                    members = lower
-                else:
-                    c |= 1 << q
-            if h < best_h or c < best_copies:
-                best_h, best_copies = h, c
-                num_best = 0
-            elif c > best_copies:
-                continue
-            best_words[num_best] = w
-            best_masks[num_best] = members
-            num_best += 1
+            if h < best_h:
+                best_h, num_best = h, 0
+            if h == best_h:
+                best_words[num_best] = w
+                best_masks[num_best] = members
+                num_best += 1
+    # Pass 2: among those, the fewest copies, abandoning a word once it is worse.
+    kept = 0
+    best_copies = 1 << 62
+    for i in range(num_best):
+        w, members = best_words[i], best_masks[i]
+        c = 0
+        tied = kept > 0  # c agrees with best_copies on every plane so far
+        for q in range(num_copy_planes - 1, -1, -1):
+            lower = members & ~copy_planes[w, q]
+            if lower:
+                members = lower
+                tied = tied and not (best_copies >> q) & 1
+            else:
+                c |= 1 << q
+                if tied and not (best_copies >> q) & 1:
+                    break  # larger than the best on this plane: worse
+        else:
+            if c < best_copies:
+                best_copies, kept = c, 0
+            best_words[kept] = w
+            best_masks[kept] = members
+            kept += 1
+    num_best = kept
     total = 0
     for i in range(num_best):
         total += popcount(best_masks[i])
     r = randbelow(total, mt, counters) if total > 1 else 0
     for i in range(num_best):
-        bits = best_masks[i]
-        here = popcount(bits)
+        here = popcount(best_masks[i])
         if r < here:
-            for _ in range(r):
-                bits &= bits - _ONE
-            return best_words[i] * 64 + lowest_bit(bits)
+            return best_words[i] * 64 + _nth_bit(best_masks[i], r)
         r -= here
     return -1
 

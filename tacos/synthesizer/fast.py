@@ -13,9 +13,13 @@ order, drawing from a copy of CPython's Mersenne Twister
   a chunk or ``v`` claims one. A link with nothing to send costs O(1), a
   random pick O(words / 8 + 8), the "rarest" pick O(words) on bit-sliced
   counts with no per-chunk work;
-* transfers come out of the event loop already in (start, link) order with
-  their final indices, so a dependency is a table lookup and blocks of
-  transfers can be written out as they are made (:func:`spread_blocks`);
+* within an event, what earlier links already sent to a receiver is masked
+  out on the fly, and the counts are updated after the event in link order,
+  where neighbouring links touch neighbouring memory;
+* transfers come out of the event loop already in their final (start, link)
+  order, so blocks can be written out as they are made (:func:`spread_blocks`)
+  and dependencies are one lookup in a dense (node, chunk) index
+  (:func:`dependencies`);
 * pruning and re-timing, the passes the reference runs after the greedy, are
   array passes here (:func:`retime_npu_links`).
 
@@ -44,8 +48,9 @@ from tacos.transfers import TransferTable, concat_ranges
 FAST_KINDS = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE)
 BLOCK_TRANSFERS = 1 << 20
 """Transfers per output block of the event loop (a block is ~20 MiB of columns)."""
-TRACK_DEPS_LIMIT = 1 << 28
-"""Largest nodes x chunks kept in memory (dependencies take an int64 per pair: 2 GiB)."""
+IN_MEMORY_PAIRS = 1 << 26
+"""Largest nodes x chunks synthesized in memory: about one transfer per pair at ~60 bytes
+each, so up to ~4 GiB of columns (an 8192-NPU All-Gather); beyond, stream (tacos.stream)."""
 
 
 def fast_unsupported(
@@ -158,8 +163,7 @@ class _SpreadKernel:
         words = (num_chunks + 63) // 64
         blocks = (words + K.BLOCK - 1) // K.BLOCK
         self.rng = rng
-        self.link_src = np.fromiter((lk.src for lk in topology.links), np.int64, num_links)
-        self.link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, num_links)
+        self.link_src, self.link_dst = link_endpoints(topology)
         self.link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
         self.out_ptr, self.out_links = _csr(topology.out_links)
         self.in_ptr, self.in_links = _csr(topology.in_links)
@@ -303,10 +307,10 @@ def _spread(
     The reference also prunes here; with every node wanting every chunk it
     lacks, every copy delivers a wanted chunk, so nothing is ever pruned.
     """
-    if topology.num_nodes * spec.num_chunks > TRACK_DEPS_LIMIT:
+    if topology.num_nodes * spec.num_chunks > IN_MEMORY_PAIRS:
         raise TacosError(
-            f"{topology.num_nodes} nodes x {spec.num_chunks} chunks is too large to keep "
-            "in memory; stream the spread with tacos.synthesizer.fast.spread_blocks"
+            f"{topology.num_nodes} nodes x {spec.num_chunks} chunks makes too many transfers "
+            "to keep in memory; stream an All-Gather to disk with tacos.stream.stream_all_gather"
         )
     blocks = list(
         spread_blocks(
@@ -323,8 +327,7 @@ def _spread(
     offset = 0 if earlier is None else len(earlier)
     spread = _table(topology, blocks, sources, offset, spec.chunk_bytes)
     if earlier is not None:
-        spread = _concat(earlier, spread)
-        spread = spread.take(np.lexsort((spread.link, spread.start)))
+        spread = _in_start_order(_concat(earlier, spread))
     return retime_npu_links(spread, topology, spec.chunk_bytes)
 
 
@@ -349,7 +352,7 @@ def _table(
     chunk = np.concatenate([b.chunk for b in blocks]) if blocks else np.zeros(0, np.int64)
     link = np.concatenate([b.link for b in blocks]) if blocks else np.zeros(0, np.int64)
     start = np.concatenate([b.start for b in blocks]) if blocks else np.zeros(0)
-    link_src, link_dst = _endpoints(topology)
+    link_src, link_dst = link_endpoints(topology)
     src, dst = link_src[link], link_dst[link]
     num_chunks = len(sources.deps_ptr) - 1
     dep = dependencies(chunk, src, dst, topology.num_nodes, num_chunks)
@@ -437,7 +440,16 @@ def retime_npu_links(
         transfers.deps_ptr,
         transfers.deps,
     )
-    return retimed.take(np.lexsort((transfers.link, start)))
+    return _in_start_order(retimed)
+
+
+def _in_start_order(transfers: TransferTable) -> TransferTable:
+    """Sorted by (start, link, position); a spread is already, so that is checked first."""
+    start, link = transfers.start, transfers.link
+    later = start[1:] > start[:-1]
+    if (later | ((start[1:] == start[:-1]) & (link[1:] > link[:-1]))).all():
+        return transfers
+    return transfers.take(np.lexsort((link, start)))
 
 
 def _concat(first: TransferTable, second: TransferTable) -> TransferTable:
@@ -459,7 +471,8 @@ def _concat(first: TransferTable, second: TransferTable) -> TransferTable:
     )
 
 
-def _endpoints(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+def link_endpoints(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Every link's source and destination node, by link id."""
     count = len(topology.links)
     return (
         np.fromiter((lk.src for lk in topology.links), np.int64, count),
