@@ -26,8 +26,8 @@ DONE, BUFFER_FULL, STUCK = 0, 1, 2
 # Chunk policies, as in tacos.synthesizer.greedy.
 RAREST, RANDOM = 0, 1
 # Slots of the int64 "counters" array shared between calls.
-C_REMAINING, C_OUT, C_HEAP, C_SOURCE, C_MT_POS, C_DELIVERED, C_EVENTS, C_COPY_PLANES = range(8)
-NUM_COUNTERS = 8
+C_REMAINING, C_OUT, C_HEAP, C_SOURCE, C_MT_POS, C_DELIVERED, C_EVENTS = range(7)
+NUM_COUNTERS = 7
 
 MT_WORDS = 624
 _MT_N, _MT_M = MT_WORDS, 397
@@ -68,10 +68,23 @@ lowest_bit = _llvm_bit_op("llvm.cttz.i64")
 
 @njit(cache=True, inline="always")
 def _nth_bit(bits: np.uint64, r: int) -> int:
-    """Index of the ``r``-th lowest set bit of ``bits`` (which has more than ``r``)."""
-    for _ in range(r):
-        bits &= bits - _ONE
-    return lowest_bit(bits)
+    """Index of the ``r``-th lowest set bit of ``bits`` (which has more than ``r``).
+
+    A binary search on popcounts of the lower half: six steps whatever ``r``.
+    """
+    position = 0
+    width = 32
+    while width:
+        lower = bits & ((_ONE << np.uint64(width)) - _ONE)
+        in_lower = popcount(lower)
+        if r < in_lower:
+            bits = lower
+        else:
+            r -= in_lower
+            bits >>= np.uint64(width)
+            position += width
+        width >>= 1
+    return position
 
 
 # ---------------------------------------------------------------- CPython's MT19937
@@ -296,6 +309,36 @@ def _block_size(
 
 
 @njit(cache=True)
+def _find_member(
+    r: int,
+    link: int,
+    u: int,
+    v: int,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    block_count: np.ndarray,
+    excluded: np.ndarray,
+    num: int,
+) -> tuple[int, np.uint64, int]:
+    """The word of the ``r``-th eligible chunk (lowest first), its eligible bits, the rank in it."""
+    block = 0
+    while True:
+        here = _block_size(link, block, block_count, excluded, num)
+        if r < here:
+            break
+        r -= here
+        block += 1
+    w = block * BLOCK
+    while True:
+        bits = _row_word(u, v, w, holds, taken, excluded, num)
+        here = popcount(bits)
+        if r < here:
+            return w, bits, r
+        r -= here
+        w += 1
+
+
+@njit(cache=True)
 def _pick_random(
     link: int,
     u: int,
@@ -314,21 +357,19 @@ def _pick_random(
     if size == 0:
         return -1
     r = randbelow(size, mt, counters)
-    block = 0
-    while True:
-        here = _block_size(link, block, block_count, excluded, num)
-        if r < here:
-            break
-        r -= here
-        block += 1
-    w = block * BLOCK
-    while True:
-        bits = _row_word(u, v, w, holds, taken, excluded, num)
-        here = popcount(bits)
-        if r < here:
-            return w * 64 + _nth_bit(bits, r)
-        r -= here
-        w += 1
+    w, bits, r = _find_member(r, link, u, v, holds, taken, block_count, excluded, num)
+    return w * 64 + _nth_bit(bits, r)
+
+
+@njit(cache=True, inline="always")
+def _level(levels: np.ndarray, v: int, chunk: int) -> int:
+    """How many in-neighbours of ``v`` hold ``chunk`` (read from its bit slices)."""
+    w, bit = chunk >> 6, np.uint64(chunk & 63)
+    h = 0
+    for p in range(levels.shape[2]):
+        if (levels[v, w, p] >> bit) & _ONE:
+            h += 1 << p
+    return h
 
 
 @njit(cache=True)
@@ -337,101 +378,59 @@ def _pick_rarest(
     u: int,
     v: int,
     levels: np.ndarray,
-    copy_planes: np.ndarray,
+    copies: np.ndarray,
     holds: np.ndarray,
     taken: np.ndarray,
     block_count: np.ndarray,
     count: np.ndarray,
     excluded: np.ndarray,
     num: int,
-    best_words: np.ndarray,
-    best_masks: np.ndarray,
+    compare_all_up_to: int,
+    pool: np.ndarray,
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> int:
-    """The eligible chunk fewest in-neighbours of ``v`` hold, then fewest copies; ties random.
+    """The best eligible chunk by (in-neighbours of ``v`` holding it, copies), as the reference.
 
-    Both keys are bit-sliced (``levels[v, w, p]``: bit p of how many of v's
-    in-neighbours hold each chunk of word w; ``copy_planes[w, q]``: bit q of
-    each chunk's copies), so a word's lexicographic minimum over its eligible
-    chunks, and the chunks that reach it, take one pass over the planes from
-    the top, with no per-chunk work.
+    Up to ``compare_all_up_to`` eligible chunks are all compared; from more,
+    those in the word of one drawn uniformly (its 64-chunk neighbourhood),
+    where the bit slices of ``levels`` leave the fewest-holders ones in a few
+    word operations. Ties at random, lowest chunk first.
     """
-    if count[link] == num:
+    size = count[link] - num
+    if size == 0:
         return -1
-    num_levels = levels.shape[2]
-    num_copy_planes = counters[C_COPY_PLANES]  # planes above are zero for every chunk
-    words = holds.shape[1]
-    # Pass 1: each word's fewest-holders members; keep the words at the running minimum.
-    num_best = 0
-    best_h = 1 << 62
-    for block in range(block_count.shape[1]):
-        if _block_size(link, block, block_count, excluded, num) == 0:
-            continue
-        for w in range(block * BLOCK, min(words, (block + 1) * BLOCK)):
-            members = _row_word(u, v, w, holds, taken, excluded, num)
-            if not members:
+    k = 0
+    if size <= compare_all_up_to:
+        for block in range(block_count.shape[1]):
+            if _block_size(link, block, block_count, excluded, num) == 0:
                 continue
-            h = 0
-            for p in range(num_levels - 1, -1, -1):
-                lower = members & ~levels[v, w, p]
-                if lower:
-                    members = lower
-                else:
-                    h |= 1 << p
-            if h < best_h:
-                best_h, num_best = h, 0
-            if h == best_h:
-                best_words[num_best] = w
-                best_masks[num_best] = members
-                num_best += 1
-    # Pass 2: among those, the fewest copies, abandoning a word once it is worse.
-    kept = 0
-    best_copies = 1 << 62
-    for i in range(num_best):
-        w, members = best_words[i], best_masks[i]
-        c = 0
-        tied = kept > 0  # c agrees with best_copies on every plane so far
-        for q in range(num_copy_planes - 1, -1, -1):
-            lower = members & ~copy_planes[w, q]
-            if lower:
-                members = lower
-                tied = tied and not (best_copies >> q) & 1
-            else:
-                c |= 1 << q
-                if tied and not (best_copies >> q) & 1:
-                    break  # larger than the best on this plane: worse
-        else:
-            if c < best_copies:
-                best_copies, kept = c, 0
-            best_words[kept] = w
-            best_masks[kept] = members
-            kept += 1
-    num_best = kept
-    total = 0
-    for i in range(num_best):
-        total += popcount(best_masks[i])
-    r = randbelow(total, mt, counters) if total > 1 else 0
-    for i in range(num_best):
-        here = popcount(best_masks[i])
-        if r < here:
-            return best_words[i] * 64 + _nth_bit(best_masks[i], r)
-        r -= here
-    return -1
-
-
-@njit(cache=True)
-def count_copy(chunk: int, copy_planes: np.ndarray, counters: np.ndarray) -> None:
-    """One more copy of ``chunk``: a ripple-carry increment in its word's bit planes."""
-    w = chunk >> 6
-    carry = _ONE << np.uint64(chunk & 63)
-    q = 0
-    while carry:
-        overflow = copy_planes[w, q] & carry
-        copy_planes[w, q] ^= carry
-        carry = overflow
-        q += 1
-    counters[C_COPY_PLANES] = max(counters[C_COPY_PLANES], q)
+            for w in range(block * BLOCK, min(holds.shape[1], (block + 1) * BLOCK)):
+                bits = _row_word(u, v, w, holds, taken, excluded, num)
+                while bits:
+                    pool[k] = w * 64 + lowest_bit(bits)
+                    k += 1
+                    bits &= bits - _ONE
+    else:
+        r = randbelow(size, mt, counters)
+        w, bits, r = _find_member(r, link, u, v, holds, taken, block_count, excluded, num)
+        for p in range(levels.shape[2] - 1, -1, -1):
+            fewer = bits & ~levels[v, w, p]
+            if fewer:
+                bits = fewer
+        while bits:
+            pool[k] = w * 64 + lowest_bit(bits)
+            k += 1
+            bits &= bits - _ONE
+    best_key, ties = 1 << 62, 0
+    for i in range(k):
+        key = _level(levels, v, pool[i]) * (1 << 32) + copies[pool[i]]
+        if key < best_key:
+            best_key, ties = key, 0
+        if key == best_key:
+            pool[ties] = pool[i]
+            ties += 1
+    return pool[randbelow(ties, mt, counters)] if ties > 1 else pool[0]
 
 
 # ---------------------------------------------------------------- the event loop
@@ -454,13 +453,14 @@ def run_spread(
     source_node: np.ndarray,
     source_chunk: np.ndarray,
     policy: int,
+    compare_all_up_to: int,
     # state (kept between calls)
     holds: np.ndarray,
     taken: np.ndarray,
     block_count: np.ndarray,
     count: np.ndarray,
     levels: np.ndarray,
-    copy_planes: np.ndarray,
+    copies: np.ndarray,
     free_at: np.ndarray,
     flight_chunk: np.ndarray,
     heap_time: np.ndarray,
@@ -481,8 +481,7 @@ def run_spread(
     claim_head: np.ndarray,
     claim_next: np.ndarray,
     excluded: np.ndarray,
-    best_words: np.ndarray,
-    best_masks: np.ndarray,
+    pool: np.ndarray,
     # output block
     out_chunk: np.ndarray,
     out_link: np.ndarray,
@@ -597,12 +596,11 @@ def run_spread(
                 chunk = _pick_random(link, u, v, holds, taken, block_count, count, excluded, num,
                                      mt, counters)  # fmt: skip
             else:
-                chunk = _pick_rarest(link, u, v, levels, copy_planes, holds, taken, block_count,
-                                     count,
-                                     excluded, num, best_words, best_masks, mt,
+                chunk = _pick_rarest(link, u, v, levels, copies, holds, taken, block_count,
+                                     count, excluded, num, compare_all_up_to, pool, mt,
                                      counters)  # fmt: skip
                 if chunk >= 0:
-                    count_copy(chunk, copy_planes, counters)
+                    copies[chunk] += 1
             if chunk >= 0:
                 sent[link] = chunk
                 claim_next[link] = claim_head[v]

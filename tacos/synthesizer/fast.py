@@ -41,7 +41,7 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
-from tacos.synthesizer.greedy import ChunkPolicy, DeliveryCallback
+from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
 from tacos.topology import Topology
 from tacos.transfers import TransferTable, concat_ranges
 
@@ -188,8 +188,7 @@ class _SpreadKernel:
         self.count = np.zeros(num_links, np.int64)
         planes = most_senders.bit_length() if self.policy == K.RAREST else 0
         self.levels = np.zeros((n, words, planes) if planes else (1, 1, 0), np.uint64)
-        copies = np.bincount(sources.chunk, minlength=num_chunks)
-        self.copy_planes = _bit_planes(copies, words, n) if planes else np.zeros((1, 0), np.uint64)
+        self.copies = np.bincount(sources.chunk, minlength=num_chunks).astype(np.int64)
         self.free_at = np.zeros(num_links)
         self.flight_chunk = np.full(num_links, -1, np.int64)
         self.heap_time = np.zeros(num_links + 1)
@@ -201,7 +200,6 @@ class _SpreadKernel:
         self.mt = np.asarray(internal[: K.MT_WORDS], np.int64)
         self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
         self.counters[K.C_MT_POS] = internal[K.MT_WORDS]
-        self.counters[K.C_COPY_PLANES] = int(copies.max(initial=0)).bit_length()
         # The reference's `remaining`: every node wants every chunk it does not start with.
         held = np.unique(self.source_node * num_chunks + self.source_chunk).size
         self.counters[K.C_REMAINING] = n * num_chunks - held
@@ -217,8 +215,7 @@ class _SpreadKernel:
         self.claim_next = np.zeros(num_links, np.int64)
         self.excluded = np.zeros(max(1, max(len(ids) for ids in topology.in_links)), np.int64)
         self.class_order = np.zeros(len(self.class_time), np.int64)
-        self.best_words = np.zeros(words, np.int64)
-        self.best_masks = np.zeros(words, np.uint64)
+        self.pool = np.zeros(max(64, RAREST_COMPARE_ALL), np.int64)
         self.capacity = max(BLOCK_TRANSFERS, 2 * num_links)
         for link, free_at in enumerate(() if link_free_at is None else link_free_at.tolist()):
             if free_at > 0:
@@ -238,12 +235,13 @@ class _SpreadKernel:
             self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
             self.in_ptr, self.in_links, self.onbr_ptr, self.onbrs, self.link_class,
             self.class_time, self.source_time, self.source_node, self.source_chunk, self.policy,
+            RAREST_COMPARE_ALL,
             self.holds, self.taken, self.block_count, self.count, self.levels,
-            self.copy_planes, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
+            self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
             self.order, self.sent, self.touched, self.is_touched, self.class_head,
             self.class_tail, self.class_order, self.claim_head, self.claim_next, self.excluded,
-            self.best_words, self.best_masks,
+            self.pool,
             block.chunk, block.link, block.start,
         )  # fmt: skip
         used = int(self.counters[K.C_OUT])
@@ -255,17 +253,6 @@ class _SpreadKernel:
         """Leave the caller's ``random.Random`` where the reference would have left it."""
         internal = (*self.mt.tolist(), int(self.counters[K.C_MT_POS]))
         self.rng.setstate((3, internal, self.gauss_next))
-
-
-def _bit_planes(values: np.ndarray, words: int, largest: int) -> np.ndarray:
-    """``planes[w, q]``: bit q of ``values[64 w .. 64 w + 63]``, for values up to ``largest``."""
-    num_planes = max(1, largest.bit_length())
-    padded = np.zeros(words * 64, np.uint64)
-    padded[: len(values)] = values
-    bits = (padded[:, None] >> np.arange(num_planes, dtype=np.uint64)) & np.uint64(1)
-    weights = np.uint64(1) << np.arange(64, dtype=np.uint64)
-    planes = (bits.reshape(words, 64, num_planes) * weights[None, :, None]).sum(axis=1)
-    return planes.astype(np.uint64)
 
 
 def _csr(rows: tuple[tuple[int, ...], ...] | list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -24,9 +24,13 @@ Which of several eligible chunks a link sends is the policy:
 * ``"random"`` -- the plain TACOS rule: uniformly at random.
 * ``"rarest"`` (default) -- the chunk fewest of ``v``'s in-neighbours hold (so
   the other links into ``v`` keep something to send), then the chunk with the
-  fewest copies in the network; remaining ties at random. Measured on rings,
-  meshes, tori and hypercubes it is never worse on average and often reaches
-  the lower bound where random does not (``benchmarks/quality.py``).
+  fewest copies in the network; remaining ties at random. When more than
+  ``RAREST_COMPARE_ALL`` chunks are eligible, only those in the 64-chunk word
+  of one drawn at random compete (a full scan per decision would dominate the
+  run time at thousands of NPUs; ``benchmarks/policies.py`` measures the same
+  collective times as the full scan). Measured on rings, meshes, tori and hypercubes
+  it is never worse on average and often reaches the lower bound where random
+  does not (``benchmarks/quality.py``).
 
 The order in which idle links are matched is a seeded shuffle, so the same
 seed gives the same schedule. Node state is one Python integer per node used
@@ -54,6 +58,8 @@ ChunkPolicy = Literal["rarest", "random"]
 CHUNK_POLICIES: tuple[ChunkPolicy, ...] = ("rarest", "random")
 
 _AVAILABLE, _ARRIVED, _LINK_FREE = 0, 1, 2
+RAREST_COMPARE_ALL = 8
+"""The "rarest" policy compares all eligible chunks up to this many (else one word of them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,16 +288,24 @@ class _SpreadState:
         return self._distance_to[target]
 
     def _rarest(self, bits: int, v: int) -> int:
-        """The chunk held by fewest in-neighbours of ``v``, then with fewest copies."""
-        best: list[int] = []
-        best_score = (math.inf, math.inf)
+        """The chunk held by fewest in-neighbours of ``v``, then with fewest copies.
+
+        Up to ``RAREST_COMPARE_ALL`` eligible chunks are all compared; from
+        more, only those in the 64-chunk word of one drawn at random (a full
+        scan per decision would dominate the run time at thousands of NPUs).
+        Ties at random.
+        """
+        members = list(_members(bits))
+        if len(members) > RAREST_COMPARE_ALL:
+            word = members[self.rng.randrange(len(members))] >> 6
+            members = [chunk for chunk in members if chunk >> 6 == word]
         neighbours = self.in_neighbours[v]
-        for chunk in _members(bits):
-            score = (sum(self.holds[u] >> chunk & 1 for u in neighbours), self.copies[chunk])
-            if score < best_score:
-                best, best_score = [chunk], score
-            elif score == best_score:
-                best.append(chunk)
+        scores = [
+            (sum(self.holds[u] >> chunk & 1 for u in neighbours), self.copies[chunk])
+            for chunk in members
+        ]
+        best_score = min(scores)
+        best = [chunk for chunk, score in zip(members, scores, strict=True) if score == best_score]
         return best[self.rng.randrange(len(best))] if len(best) > 1 else best[0]
 
     def _hop_times(self, route: Route, now: float) -> list[tuple[float, float]]:
