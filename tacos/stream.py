@@ -34,16 +34,9 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
-from tacos.synthesizer.fast import (
-    Sources,
-    dependencies,
-    fast_unsupported,
-    link_endpoints,
-    spread_blocks,
-)
+from tacos.synthesizer.fast import Block, Sources, fast_unsupported, spread_blocks, spread_table
 from tacos.synthesizer.greedy import ChunkPolicy
 from tacos.topology import Topology
-from tacos.transfers import TransferTable
 
 MAGIC = "TACOS-TRANSFERS"
 STREAM_VERSION = 1
@@ -151,18 +144,12 @@ def to_table(path: str | Path) -> Schedule:
     header, records = open_stream(path)
     topology = Topology.from_dict(header["topology"], f"{path}: topology")
     collective = Collective.from_dict(header["collective"], f"{path}: collective")
-    chunk = records["chunk"].astype(np.int64)
-    link = records["link"].astype(np.int64)
-    start = np.array(records["start"], np.float64)
-    link_src, link_dst = link_endpoints(topology)
-    src, dst = link_src[link], link_dst[link]
-    dep = dependencies(chunk, src, dst, topology.num_nodes, collective.num_chunks)
-    has_dep = dep >= 0
-    ptr = np.zeros(len(chunk) + 1, np.int64)
-    np.cumsum(has_dep, out=ptr[1:])
-    end = start + np.asarray(topology.link_times_us(collective.chunk_bytes))[link]
-    op = np.zeros(len(chunk), np.uint8)
-    table = TransferTable(chunk, src, dst, link, start, end, op, ptr, dep[has_dep])
+    block = Block(
+        records["chunk"].astype(np.int64),
+        records["link"].astype(np.int64),
+        np.array(records["start"], np.float64),
+    )
+    table = spread_table(topology, [block], Sources.at_owners(collective), collective.chunk_bytes)
     return Schedule(topology, collective, table, dict(header["meta"]))
 
 

@@ -643,6 +643,61 @@ def run_spread(
             class_head[k] = -1
 
 
+# ---------------------------------------------------------------- transfers of a spread
+@njit(cache=True)
+def spread_columns(
+    chunk: np.ndarray,
+    link: np.ndarray,
+    start: np.ndarray,
+    link_src: np.ndarray,
+    link_dst: np.ndarray,
+    durations: np.ndarray,
+    num_nodes: int,
+    num_chunks: int,
+    source_deps_ptr: np.ndarray,
+    source_deps: np.ndarray,
+    offset: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sender, receiver, end and dependencies (CSR) of a spread's transfers, in two passes.
+
+    A transfer depends on the one that delivered its chunk to its sender
+    (index + ``offset``), or, from the chunk's source, on the source's
+    dependencies. Every (node, chunk) is delivered at most once, so a dense
+    (node, chunk) index of deliveries answers every lookup. Transfers must be
+    in start order (as the event loop makes them).
+    """
+    count = chunk.shape[0]
+    src = np.empty(count, np.int64)
+    dst = np.empty(count, np.int64)
+    end = np.empty(count)
+    dep = np.empty(count, np.int64)
+    ptr = np.empty(count + 1, np.int64)
+    ptr[0] = 0
+    # A delivery always starts before the transfers that forward it, so one pass in
+    # order finds every dependency already recorded.
+    delivered_by = np.full(num_nodes * num_chunks, -1, np.int64)
+    for i in range(count):
+        lk, c = link[i], chunk[i]
+        src[i], dst[i] = link_src[lk], link_dst[lk]
+        end[i] = start[i] + durations[lk]
+        d = delivered_by[src[i] * num_chunks + c]
+        delivered_by[dst[i] * num_chunks + c] = i
+        dep[i] = d
+        if d >= 0:
+            ptr[i + 1] = ptr[i] + 1
+        else:
+            ptr[i + 1] = ptr[i] + source_deps_ptr[c + 1] - source_deps_ptr[c]
+    deps = np.empty(ptr[count], np.int64)
+    for i in range(count):
+        if dep[i] >= 0:
+            deps[ptr[i]] = dep[i] + offset
+        else:
+            first = source_deps_ptr[chunk[i]]
+            for j in range(ptr[i + 1] - ptr[i]):
+                deps[ptr[i] + j] = source_deps[first + j]
+    return src, dst, end, ptr, deps
+
+
 # ---------------------------------------------------------------- re-timing
 @njit(cache=True)
 def retime_in_order(

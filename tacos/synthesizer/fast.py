@@ -19,7 +19,7 @@ order, drawing from a copy of CPython's Mersenne Twister
 * transfers come out of the event loop already in their final (start, link)
   order, so blocks can be written out as they are made (:func:`spread_blocks`)
   and dependencies are one lookup in a dense (node, chunk) index
-  (:func:`dependencies`);
+  (:func:`spread_table`);
 * pruning and re-timing, the passes the reference runs after the greedy, are
   array passes here (:func:`retime_npu_links`).
 
@@ -43,7 +43,7 @@ from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
 from tacos.topology import Topology
-from tacos.transfers import TransferTable, concat_ranges
+from tacos.transfers import TransferTable
 
 FAST_KINDS = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE)
 BLOCK_TRANSFERS = 1 << 20
@@ -103,7 +103,7 @@ class Block:
 
     Each transfer's sender and receiver are its link's ends, it ends
     ``start + link time``, and it depends on the transfer that brought its
-    chunk to the sender (:func:`dependencies` finds them), or on the source's
+    chunk to the sender (:func:`spread_table` finds them), or on the source's
     dependencies.
     """
 
@@ -245,8 +245,12 @@ class _SpreadKernel:
             block.chunk, block.link, block.start,
         )  # fmt: skip
         used = int(self.counters[K.C_OUT])
-        # Copies, not views, so the big buffers are freed when the caller moves on.
-        block = Block(*(column[:used].copy() for column in vars(block).values()))
+        # A full block is used as it is; a mostly empty one (the last) is copied so
+        # that its big buffers are not kept alive by a few rows.
+        columns = [column[:used] for column in vars(block).values()]
+        if 2 * used < self.capacity:
+            columns = [column.copy() for column in columns]
+        block = Block(*columns)
         return int(status), block, int(self.counters[K.C_DELIVERED]) - delivered
 
     def save_rng(self) -> None:
@@ -312,51 +316,36 @@ def _spread(
         )
     )
     offset = 0 if earlier is None else len(earlier)
-    spread = _table(topology, blocks, sources, offset, spec.chunk_bytes)
+    spread = spread_table(topology, blocks, sources, spec.chunk_bytes, offset)
     if earlier is not None:
         spread = _in_start_order(_concat(earlier, spread))
     return retime_npu_links(spread, topology, spec.chunk_bytes)
 
 
-def dependencies(
-    chunk: np.ndarray, src: np.ndarray, dst: np.ndarray, num_nodes: int, num_chunks: int
-) -> np.ndarray:
-    """For each transfer of a spread, the index of the transfer that brought its chunk to
-    its sender (-1 when the sender is the chunk's source).
-
-    Every (node, chunk) is delivered at most once, so one dense index over all
-    pairs answers every lookup (``num_nodes * num_chunks`` int64s).
-    """
-    delivered_by = np.full(num_nodes * num_chunks, -1, np.int64)
-    delivered_by[dst * num_chunks + chunk] = np.arange(len(chunk))
-    return delivered_by[src * num_chunks + chunk]
-
-
-def _table(
-    topology: Topology, blocks: list[Block], sources: Sources, offset: int, chunk_bytes: int
+def spread_table(
+    topology: Topology,
+    blocks: list[Block],
+    sources: Sources,
+    chunk_bytes: int,
+    offset: int = 0,
 ) -> TransferTable:
-    """Blocks as transfers: endpoints from the links, dependencies on arrivals or sources."""
+    """Blocks as transfers: endpoints from the links, dependencies on arrivals or sources.
+
+    Dependencies on other transfers of the spread are shifted by ``offset``
+    (where the spread will sit in the final table).
+    """
     chunk = np.concatenate([b.chunk for b in blocks]) if blocks else np.zeros(0, np.int64)
     link = np.concatenate([b.link for b in blocks]) if blocks else np.zeros(0, np.int64)
     start = np.concatenate([b.start for b in blocks]) if blocks else np.zeros(0)
     link_src, link_dst = link_endpoints(topology)
-    src, dst = link_src[link], link_dst[link]
+    durations = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
     num_chunks = len(sources.deps_ptr) - 1
-    dep = dependencies(chunk, src, dst, topology.num_nodes, num_chunks)
-    durations = np.asarray(topology.link_times_us(chunk_bytes))
-    own = dep >= 0
-    lengths = np.where(own, 1, np.diff(sources.deps_ptr)[chunk])
-    ptr = np.zeros(len(chunk) + 1, np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    deps = np.empty(int(ptr[-1]), np.int64)
-    deps[ptr[:-1][own]] = dep[own] + offset
-    from_source = np.nonzero(~own)[0]
-    if len(from_source):
-        positions = concat_ranges(ptr[from_source], lengths[from_source])
-        picks = concat_ranges(sources.deps_ptr[chunk[from_source]], lengths[from_source])
-        deps[positions] = sources.deps[picks]
+    src, dst, end, ptr, deps = K.spread_columns(
+        chunk, link, start, link_src, link_dst, durations, topology.num_nodes, num_chunks,
+        sources.deps_ptr, sources.deps, offset,
+    )  # fmt: skip
     op = np.zeros(len(chunk), np.uint8)
-    return TransferTable(chunk, src, dst, link, start, start + durations[link], op, ptr, deps)
+    return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
 
 
 def _reduce_scatter(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
