@@ -198,15 +198,8 @@ def gain(
     out_links: np.ndarray,
     block_count: np.ndarray,
     count: np.ndarray,
-    onbr_ptr: np.ndarray,
-    onbrs: np.ndarray,
-    levels: np.ndarray,
 ) -> None:
-    """``node`` now holds ``chunk``: out-links to nodes lacking it may send it.
-
-    With the "rarest" policy, ``levels`` (bit-sliced, per node: how many of its
-    in-neighbours hold each chunk) counts one more holder at every out-neighbour.
-    """
+    """``node`` now holds ``chunk``: out-links to nodes lacking it may send it."""
     w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
     holds[node, w] |= bit
     for j in range(out_ptr[node], out_ptr[node + 1]):
@@ -214,17 +207,6 @@ def gain(
         if not taken[link_dst[link], w] & bit:
             block_count[link, w // BLOCK] += 1
             count[link] += 1
-    if levels.shape[2] == 0:
-        return
-    for j in range(onbr_ptr[node], onbr_ptr[node + 1]):
-        x = onbrs[j]
-        carry = bit
-        p = 0
-        while carry:
-            overflow = levels[x, w, p] & carry
-            levels[x, w, p] ^= carry
-            carry = overflow
-            p += 1
 
 
 @njit(cache=True)
@@ -362,14 +344,49 @@ def _pick_random(
 
 
 @njit(cache=True, inline="always")
-def _level(levels: np.ndarray, v: int, chunk: int) -> int:
-    """How many in-neighbours of ``v`` hold ``chunk`` (read from its bit slices)."""
+def _holders(inbr_ptr: np.ndarray, inbrs: np.ndarray, holds: np.ndarray, v: int, chunk: int) -> int:
+    """How many in-neighbours of ``v`` hold ``chunk``."""
     w, bit = chunk >> 6, np.uint64(chunk & 63)
     h = 0
-    for p in range(levels.shape[2]):
-        if (levels[v, w, p] >> bit) & _ONE:
-            h += 1 << p
+    for j in range(inbr_ptr[v], inbr_ptr[v + 1]):
+        if (holds[inbrs[j], w] >> bit) & _ONE:
+            h += 1
     return h
+
+
+@njit(cache=True)
+def _fewest_holders(
+    bits: np.uint64,
+    w: int,
+    v: int,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
+    holds: np.ndarray,
+    planes: np.ndarray,
+) -> np.uint64:
+    """The chunks of ``bits`` (in word ``w``) that fewest in-neighbours of ``v`` hold.
+
+    The in-neighbours' words are added up bit-sliced (``planes[p]``: bit p of
+    each chunk's count), then the lowest count is found from the top plane
+    down: a few word operations per neighbour, none per chunk.
+    """
+    num_planes = 0
+    for j in range(inbr_ptr[v], inbr_ptr[v + 1]):
+        carry = holds[inbrs[j], w] & bits
+        p = 0
+        while carry:
+            if p == num_planes:
+                planes[p] = np.uint64(0)
+                num_planes += 1
+            overflow = planes[p] & carry
+            planes[p] ^= carry
+            carry = overflow
+            p += 1
+    for p in range(num_planes - 1, -1, -1):
+        fewer = bits & ~planes[p]
+        if fewer:
+            bits = fewer
+    return bits
 
 
 @njit(cache=True)
@@ -377,7 +394,8 @@ def _pick_rarest(
     link: int,
     u: int,
     v: int,
-    levels: np.ndarray,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
     copies: np.ndarray,
     holds: np.ndarray,
     taken: np.ndarray,
@@ -387,6 +405,7 @@ def _pick_rarest(
     num: int,
     compare_all_up_to: int,
     pool: np.ndarray,
+    planes: np.ndarray,
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> int:
@@ -394,7 +413,7 @@ def _pick_rarest(
 
     Up to ``compare_all_up_to`` eligible chunks are all compared; from more,
     those in the word of one drawn uniformly (its 64-chunk neighbourhood),
-    where the bit slices of ``levels`` leave the fewest-holders ones in a few
+    of which :func:`_fewest_holders` keeps the fewest-holders ones in a few
     word operations. Ties at random, lowest chunk first.
     """
     size = count[link] - num
@@ -414,17 +433,14 @@ def _pick_rarest(
     else:
         r = randbelow(size, mt, counters)
         w, bits, r = _find_member(r, link, u, v, holds, taken, block_count, excluded, num)
-        for p in range(levels.shape[2] - 1, -1, -1):
-            fewer = bits & ~levels[v, w, p]
-            if fewer:
-                bits = fewer
+        bits = _fewest_holders(bits, w, v, inbr_ptr, inbrs, holds, planes)
         while bits:
             pool[k] = w * 64 + lowest_bit(bits)
             k += 1
             bits &= bits - _ONE
     best_key, ties = 1 << 62, 0
     for i in range(k):
-        key = _level(levels, v, pool[i]) * (1 << 32) + copies[pool[i]]
+        key = _holders(inbr_ptr, inbrs, holds, v, pool[i]) * (1 << 32) + copies[pool[i]]
         if key < best_key:
             best_key, ties = key, 0
         if key == best_key:
@@ -444,8 +460,8 @@ def run_spread(
     out_links: np.ndarray,
     in_ptr: np.ndarray,
     in_links: np.ndarray,
-    onbr_ptr: np.ndarray,
-    onbrs: np.ndarray,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
     link_class: np.ndarray,
     class_time: np.ndarray,
     # sources, sorted by time (static)
@@ -459,7 +475,6 @@ def run_spread(
     taken: np.ndarray,
     block_count: np.ndarray,
     count: np.ndarray,
-    levels: np.ndarray,
     copies: np.ndarray,
     free_at: np.ndarray,
     flight_chunk: np.ndarray,
@@ -482,6 +497,7 @@ def run_spread(
     claim_next: np.ndarray,
     excluded: np.ndarray,
     pool: np.ndarray,
+    planes: np.ndarray,
     # output block
     out_chunk: np.ndarray,
     out_link: np.ndarray,
@@ -539,7 +555,7 @@ def run_spread(
             node = link_dst[link]
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
                 gain(node, chunk, holds, taken, link_dst, out_ptr, out_links, block_count,
-                     count, onbr_ptr, onbrs, levels)  # fmt: skip
+                     count)  # fmt: skip
                 delivered += 1
                 if not is_touched[node]:
                     is_touched[node] = True
@@ -553,7 +569,7 @@ def run_spread(
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
                 claim(node, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
                 gain(node, chunk, holds, taken, link_dst, out_ptr, out_links, block_count,
-                     count, onbr_ptr, onbrs, levels)  # fmt: skip
+                     count)  # fmt: skip
                 if not is_touched[node]:
                     is_touched[node] = True
                     touched[num_touched] = node
@@ -596,8 +612,8 @@ def run_spread(
                 chunk = _pick_random(link, u, v, holds, taken, block_count, count, excluded, num,
                                      mt, counters)  # fmt: skip
             else:
-                chunk = _pick_rarest(link, u, v, levels, copies, holds, taken, block_count,
-                                     count, excluded, num, compare_all_up_to, pool, mt,
+                chunk = _pick_rarest(link, u, v, inbr_ptr, inbrs, copies, holds, taken, block_count,
+                                     count, excluded, num, compare_all_up_to, pool, planes, mt,
                                      counters)  # fmt: skip
                 if chunk >= 0:
                     copies[chunk] += 1

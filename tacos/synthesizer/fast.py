@@ -167,11 +167,9 @@ class _SpreadKernel:
         self.link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
         self.out_ptr, self.out_links = _csr(topology.out_links)
         self.in_ptr, self.in_links = _csr(topology.in_links)
-        # The reference's in-neighbours are nodes (parallel links count once); a node's
-        # gain raises the "rarest" count at each of its distinct out-neighbours.
-        receivers = [sorted({topology.links[i].dst for i in ids}) for ids in topology.out_links]
-        self.onbr_ptr, self.onbrs = _csr(receivers)
-        most_senders = max(len({topology.links[i].src for i in ids}) for ids in topology.in_links)
+        # The "rarest" policy counts in-neighbours as nodes (parallel links count once).
+        senders = [sorted({topology.links[i].src for i in ids}) for ids in topology.in_links]
+        self.inbr_ptr, self.inbrs = _csr(senders)
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)
@@ -184,10 +182,8 @@ class _SpreadKernel:
 
         self.holds = np.zeros((n, words), np.uint64)
         self.taken = np.zeros((n, words), np.uint64)
-        self.block_count = np.zeros((num_links, max(1, blocks)), np.int32)
+        self.block_count = np.zeros((num_links, max(1, blocks)), np.uint16)  # <= 512 per block
         self.count = np.zeros(num_links, np.int64)
-        planes = most_senders.bit_length() if self.policy == K.RAREST else 0
-        self.levels = np.zeros((n, words, planes) if planes else (1, 1, 0), np.uint64)
         self.copies = np.bincount(sources.chunk, minlength=num_chunks).astype(np.int64)
         self.free_at = np.zeros(num_links)
         self.flight_chunk = np.full(num_links, -1, np.int64)
@@ -216,6 +212,7 @@ class _SpreadKernel:
         self.excluded = np.zeros(max(1, max(len(ids) for ids in topology.in_links)), np.int64)
         self.class_order = np.zeros(len(self.class_time), np.int64)
         self.pool = np.zeros(max(64, RAREST_COMPARE_ALL), np.int64)
+        self.planes = np.zeros(64, np.uint64)
         self.capacity = max(BLOCK_TRANSFERS, 2 * num_links)
         for link, free_at in enumerate(() if link_free_at is None else link_free_at.tolist()):
             if free_at > 0:
@@ -233,15 +230,15 @@ class _SpreadKernel:
         delivered = int(self.counters[K.C_DELIVERED])
         status = K.run_spread(
             self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
-            self.in_ptr, self.in_links, self.onbr_ptr, self.onbrs, self.link_class,
+            self.in_ptr, self.in_links, self.inbr_ptr, self.inbrs, self.link_class,
             self.class_time, self.source_time, self.source_node, self.source_chunk, self.policy,
             RAREST_COMPARE_ALL,
-            self.holds, self.taken, self.block_count, self.count, self.levels,
+            self.holds, self.taken, self.block_count, self.count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
             self.order, self.sent, self.touched, self.is_touched, self.class_head,
             self.class_tail, self.class_order, self.claim_head, self.claim_next, self.excluded,
-            self.pool,
+            self.pool, self.planes,
             block.chunk, block.link, block.start,
         )  # fmt: skip
         used = int(self.counters[K.C_OUT])
