@@ -232,64 +232,8 @@ def claim(
 
 
 # ---------------------------------------------------------------- chunk choice
-# While an event's links are matched, ``taken`` and the counts are those of the
-# event's start: chunks that links matched earlier in the event sent into v are
-# listed per v (``claim_head``/``claim_next`` chain links, ``sent`` has their
-# chunks) and masked out on the fly. ``taken`` and the counts are updated
-# afterwards, in link order (:func:`claim`), which keeps those updates close
-# together in memory.
-@njit(cache=True)
-def _excluded(
-    u: int,
-    v: int,
-    holds: np.ndarray,
-    sent: np.ndarray,
-    claim_head: np.ndarray,
-    claim_next: np.ndarray,
-    excluded: np.ndarray,
-) -> int:
-    """Chunks already on their way to ``v`` that ``u`` would still count as sendable."""
-    num = 0
-    j = claim_head[v]
-    while j >= 0:
-        chunk = sent[j]
-        if holds[u, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
-            excluded[num] = chunk
-            num += 1
-        j = claim_next[j]
-    return num
-
-
-@njit(cache=True, inline="always")
-def _row_word(
-    u: int,
-    v: int,
-    w: int,
-    holds: np.ndarray,
-    taken: np.ndarray,
-    excluded: np.ndarray,
-    num: int,
-) -> np.uint64:
-    """Word ``w`` of what ``u`` may send ``v``, without the excluded chunks."""
-    bits = holds[u, w] & ~taken[v, w]
-    for i in range(num):
-        if excluded[i] >> 6 == w:
-            bits &= ~(_ONE << np.uint64(excluded[i] & 63))
-    return bits
-
-
-@njit(cache=True, inline="always")
-def _block_size(
-    link: int, block: int, block_count: np.ndarray, excluded: np.ndarray, num: int
-) -> int:
-    """Chunks ``link`` may send in ``block``, without the excluded ones."""
-    size = block_count[link, block]
-    for i in range(num):
-        if (excluded[i] >> 6) // BLOCK == block:
-            size -= 1
-    return size
-
-
+# A receiver claims its chunk as soon as a link is matched (:func:`claim`), so a
+# link matched later in the same event already sees it taken.
 @njit(cache=True)
 def _find_member(
     r: int,
@@ -299,20 +243,18 @@ def _find_member(
     holds: np.ndarray,
     taken: np.ndarray,
     block_count: np.ndarray,
-    excluded: np.ndarray,
-    num: int,
 ) -> tuple[int, np.uint64, int]:
     """The word of the ``r``-th eligible chunk (lowest first), its eligible bits, the rank in it."""
     block = 0
     while True:
-        here = _block_size(link, block, block_count, excluded, num)
+        here = block_count[link, block]
         if r < here:
             break
         r -= here
         block += 1
     w = block * BLOCK
     while True:
-        bits = _row_word(u, v, w, holds, taken, excluded, num)
+        bits = holds[u, w] & ~taken[v, w]
         here = popcount(bits)
         if r < here:
             return w, bits, r
@@ -329,17 +271,15 @@ def _pick_random(
     taken: np.ndarray,
     block_count: np.ndarray,
     count: np.ndarray,
-    excluded: np.ndarray,
-    num: int,
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> int:
     """Plain TACOS: a uniformly random eligible chunk (the r-th set bit, lowest first)."""
-    size = count[link] - num
+    size = count[link]
     if size == 0:
         return -1
     r = randbelow(size, mt, counters)
-    w, bits, r = _find_member(r, link, u, v, holds, taken, block_count, excluded, num)
+    w, bits, r = _find_member(r, link, u, v, holds, taken, block_count)
     return w * 64 + _nth_bit(bits, r)
 
 
@@ -401,8 +341,6 @@ def _pick_rarest(
     taken: np.ndarray,
     block_count: np.ndarray,
     count: np.ndarray,
-    excluded: np.ndarray,
-    num: int,
     compare_all_up_to: int,
     pool: np.ndarray,
     planes: np.ndarray,
@@ -416,23 +354,23 @@ def _pick_rarest(
     of which :func:`_fewest_holders` keeps the fewest-holders ones in a few
     word operations. Ties at random, lowest chunk first.
     """
-    size = count[link] - num
+    size = count[link]
     if size == 0:
         return -1
     k = 0
     if size <= compare_all_up_to:
         for block in range(block_count.shape[1]):
-            if _block_size(link, block, block_count, excluded, num) == 0:
+            if block_count[link, block] == 0:
                 continue
             for w in range(block * BLOCK, min(holds.shape[1], (block + 1) * BLOCK)):
-                bits = _row_word(u, v, w, holds, taken, excluded, num)
+                bits = holds[u, w] & ~taken[v, w]
                 while bits:
                     pool[k] = w * 64 + lowest_bit(bits)
                     k += 1
                     bits &= bits - _ONE
     else:
         r = randbelow(size, mt, counters)
-        w, bits, r = _find_member(r, link, u, v, holds, taken, block_count, excluded, num)
+        w, bits, r = _find_member(r, link, u, v, holds, taken, block_count)
         bits = _fewest_holders(bits, w, v, inbr_ptr, inbrs, holds, planes)
         while bits:
             pool[k] = w * 64 + lowest_bit(bits)
@@ -493,9 +431,6 @@ def run_spread(
     class_head: np.ndarray,
     class_tail: np.ndarray,
     class_order: np.ndarray,
-    claim_head: np.ndarray,
-    claim_next: np.ndarray,
-    excluded: np.ndarray,
     pool: np.ndarray,
     planes: np.ndarray,
     # output block
@@ -607,24 +542,21 @@ def run_spread(
         for i in range(num_candidates):
             link = order[i]
             u, v = link_src[link], link_dst[link]
-            num = _excluded(u, v, holds, sent, claim_head, claim_next, excluded)
             if policy == RANDOM:
-                chunk = _pick_random(link, u, v, holds, taken, block_count, count, excluded, num,
+                chunk = _pick_random(link, u, v, holds, taken, block_count, count,
                                      mt, counters)  # fmt: skip
             else:
                 chunk = _pick_rarest(link, u, v, inbr_ptr, inbrs, copies, holds, taken, block_count,
-                                     count, excluded, num, compare_all_up_to, pool, planes, mt,
+                                     count, compare_all_up_to, pool, planes, mt,
                                      counters)  # fmt: skip
                 if chunk >= 0:
                     copies[chunk] += 1
             if chunk >= 0:
                 sent[link] = chunk
-                claim_next[link] = claim_head[v]
-                claim_head[v] = link
+                claim(v, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
                 free_at[link] = now + link_time[link]
 
-        # Emit this event's transfers in link order, their final (start, link) order, and
-        # only now record what the receivers claimed.
+        # Emit this event's transfers in link order, their final (start, link) order.
         num_classes = 0
         for i in range(num_candidates):
             link = candidates[i]
@@ -634,8 +566,6 @@ def run_spread(
                 continue
             sent[link] = -1
             v = link_dst[link]
-            claim_head[v] = -1
-            claim(v, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
             k = counters[C_OUT]
             counters[C_OUT] += 1
             out_chunk[k] = chunk

@@ -11,11 +11,11 @@ order, drawing from a copy of CPython's Mersenne Twister
   ``taken``: has or is receiving), and every link counts the chunks it may
   send (``holds[u] & ~taken[v]``) per block of 512, updated when ``u`` gains
   a chunk or ``v`` claims one. A link with nothing to send costs O(1), a
-  random pick O(words / 8 + 8), the "rarest" pick O(words) on bit-sliced
-  counts with no per-chunk work;
-* within an event, what earlier links already sent to a receiver is masked
-  out on the fly, and the counts are updated after the event in link order,
-  where neighbouring links touch neighbouring memory;
+  random pick O(words / 8 + 8), and the "rarest" pick the same plus one word
+  per in-neighbour of ``v`` (bit-sliced counts, no per-chunk work);
+* the "rarest" key is computed when picking, from the in-neighbours' rows of
+  the picked chunk's word, which the receiver's claim reads right after
+  (so the state is the two bit matrices, the counts and a copy counter);
 * transfers come out of the event loop already in their final (start, link)
   order, so blocks can be written out as they are made (:func:`spread_blocks`)
   and dependencies are one lookup in a dense (node, chunk) index
@@ -207,9 +207,6 @@ class _SpreadKernel:
         self.is_touched = np.zeros(n, np.bool_)
         self.class_head = np.full(len(self.class_time), -1, np.int64)
         self.class_tail = np.zeros(len(self.class_time), np.int64)
-        self.claim_head = np.full(n, -1, np.int64)
-        self.claim_next = np.zeros(num_links, np.int64)
-        self.excluded = np.zeros(max(1, max(len(ids) for ids in topology.in_links)), np.int64)
         self.class_order = np.zeros(len(self.class_time), np.int64)
         self.pool = np.zeros(max(64, RAREST_COMPARE_ALL), np.int64)
         self.planes = np.zeros(64, np.uint64)
@@ -237,7 +234,7 @@ class _SpreadKernel:
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
             self.order, self.sent, self.touched, self.is_touched, self.class_head,
-            self.class_tail, self.class_order, self.claim_head, self.claim_next, self.excluded,
+            self.class_tail, self.class_order,
             self.pool, self.planes,
             block.chunk, block.link, block.start,
         )  # fmt: skip
