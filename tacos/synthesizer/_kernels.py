@@ -621,7 +621,9 @@ def spread_columns(
     ptr[0] = 0
     # A delivery always starts before the transfers that forward it, so one pass in
     # order finds every dependency already recorded.
-    delivered_by = np.full(num_nodes * num_chunks, -1, np.int64)
+    if count >= 2**31:
+        raise ValueError("more than 2**31 transfers in one spread")
+    delivered_by = np.full(num_nodes * num_chunks, -1, np.int32)  # half the cache misses
     for i in range(count):
         lk, c = link[i], chunk[i]
         src[i], dst[i] = link_src[lk], link_dst[lk]
