@@ -31,6 +31,7 @@ from tacos.importers import msccl as msccl_xml
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
 from tacos.simulate import simulate
+from tacos.stream import stream_all_gather
 from tacos.sweep import load_spec, plan_sweep, run_sweep
 from tacos.synthesizer import (
     CHUNK_POLICIES,
@@ -58,6 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = commands.add_parser("synthesize", help="synthesize a collective for a topology")
     _add_problem_arguments(p)
     p.add_argument("-o", "--output", type=Path, help="write the schedule JSON here")
+    p.add_argument(
+        "--stream",
+        type=Path,
+        metavar="FILE",
+        help="All-Gathers too big for memory (tens of thousands of NPUs): write the transfers "
+        "to FILE as they are made (tacos.stream format, 16 bytes each) instead of keeping them",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.set_defaults(handler=_cmd_synthesize)
 
@@ -315,7 +323,59 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 
 # ---------------------------------------------------------------- commands
+def _stream_synthesis(args: argparse.Namespace) -> int:
+    """``tacos synthesize --stream FILE``: an All-Gather written to disk as it is made."""
+    if args.output or args.tries != 1 or args.one_port or args.engine == "reference":
+        raise TacosError(
+            "--stream writes the fast engine's All-Gather as it is made; drop -o/--output, "
+            "--tries, --one-port and --engine reference"
+        )
+    topology, collectives = _problem(args)
+    if len(collectives) != 1:
+        raise TacosError("--stream takes one collective over every NPU; drop --groups")
+    (collective,) = collectives
+    started = time.perf_counter()
+    with _progress_bar(quiet=args.quiet) as progress:
+        summary = stream_all_gather(
+            topology,
+            collective,
+            args.stream,
+            seed=args.seed,
+            policy=args.policy,
+            progress=progress,
+        )
+    seconds = time.perf_counter() - started
+    bound = lower_bounds(topology, collective).best_us
+    elapsed = summary.collective_time_us
+    data = {
+        "topology": topology.name,
+        "collective": collective.kind.value,
+        "npus": topology.num_npus,
+        "links": len(topology.links),
+        "chunks": collective.num_chunks,
+        "chunk_bytes": collective.chunk_bytes,
+        "transfers": summary.transfers,
+        "seed": args.seed,
+        "collective_time_us": elapsed,
+        "lower_bound_us": bound,
+        "ratio_to_bound": elapsed / bound if bound else None,
+        "synthesis_seconds": round(seconds, 6),
+        "stream": str(summary.path),
+        "stream_bytes": summary.bytes_written,
+    }
+    text = (
+        f"{collective.kind} on {topology.describe()}: {elapsed:.6g} us "
+        f"({data['ratio_to_bound']:.3f}x lower bound {bound:.6g} us), {summary.transfers} "
+        f"transfers, synthesized in {seconds:.3f} s; streamed {summary.bytes_written} bytes "
+        f"to {summary.path}"
+    )
+    _emit(args, data, text)
+    return 0
+
+
 def _cmd_synthesize(args: argparse.Namespace) -> int:
+    if args.stream:
+        return _stream_synthesis(args)
     schedules, seconds = _synthesize_from_args(args)
     if args.output:
         save_schedules(args.output, schedules)

@@ -22,7 +22,6 @@ a file small enough to load.
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.output import atomic_file
 from tacos.schedule import Schedule
 from tacos.synthesizer.fast import Block, Sources, fast_unsupported, spread_blocks, spread_table
 from tacos.synthesizer.greedy import ChunkPolicy
@@ -67,8 +67,8 @@ def stream_all_gather(
     The transfers are those of ``tacos.synthesize(topology, collective, seed=seed,
     policy=policy)`` (no post-pass changes an All-Gather of the fast engine's
     scope: every copy is wanted and already starts as early as it can). The
-    header is written last, over space reserved for it, so a crash leaves no
-    file that looks complete: the data goes to ``path`` + ``.partial`` first.
+    header is written last, over space reserved for it, and the file appears
+    at ``path`` only when complete (:func:`tacos.output.atomic_file`).
     """
     if collective.kind is not CollectiveKind.ALL_GATHER:
         raise TacosError(f"only All-Gathers can be streamed, not {collective.kind}")
@@ -76,7 +76,6 @@ def stream_all_gather(
     if reason is not None:
         raise TacosError(f"cannot stream this All-Gather: {reason}")
     path = Path(path)
-    partial = path.with_name(path.name + ".partial")
     total = (topology.num_npus - 1) * collective.num_chunks
     done = 0
 
@@ -92,7 +91,7 @@ def stream_all_gather(
         len(_encode_header(_header(topology, collective, seed, policy, 0, 0.0), 0)) + 64
     )
     count, finish = 0, 0.0
-    with open(partial, "wb") as out:
+    with atomic_file(path) as out:
         out.write(b" " * offset)
         for block in spread_blocks(
             topology,
@@ -117,7 +116,6 @@ def stream_all_gather(
             raise AssertionError("the stream header outgrew its reserved space")
         out.seek(0)
         out.write(final.ljust(offset))
-    os.replace(partial, path)
     return StreamSummary(path, count, finish, path.stat().st_size)
 
 

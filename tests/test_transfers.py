@@ -1,9 +1,12 @@
 """Columnar transfers (TransferTable) and streamed All-Gathers stand in for transfer lists."""
 
+import json
+
 import numpy as np
 import pytest
 
 import tacos
+from tacos.cli import main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
@@ -73,7 +76,7 @@ def test_a_streamed_all_gather_is_the_synthesized_one(tmp_path):
     assert seen[-1] == 23 * 48
     loaded = to_table(tmp_path / "ag.bin")
     assert list(loaded.transfers) == list(synthesized.transfers)
-    assert not (tmp_path / "ag.bin.partial").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ag.bin"]  # no temporary file left
 
 
 def test_only_all_gathers_in_scope_stream(tmp_path):
@@ -83,3 +86,34 @@ def test_only_all_gathers_in_scope_stream(tmp_path):
     (tmp_path / "junk").write_text("hello\n")
     with pytest.raises(TacosError, match="not a TACOS transfer stream"):
         open_stream(tmp_path / "junk")
+
+
+def test_the_command_line_streams_an_all_gather_and_reports_it(tmp_path, capsys):
+    code = main(["synthesize", "--topology", "torus2d:4x4", "--collective", "all-gather",
+                 "--seed", "2", "--stream", str(tmp_path / "ag.bin"), "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    topo = tacos.from_spec("torus2d:4x4")
+    spec = Collective(CollectiveKind.ALL_GATHER, tuple(topo.npus), 1, 2**20)
+    synthesized = tacos.synthesize(topo, spec, seed=2)
+    assert code == 0
+    assert report["transfers"] == len(synthesized.transfers) == 16 * 15
+    assert report["collective_time_us"] == synthesized.collective_time_us
+    assert report["ratio_to_bound"] >= 1.0
+    assert report["stream_bytes"] == (tmp_path / "ag.bin").stat().st_size
+    assert list(to_table(tmp_path / "ag.bin").transfers) == list(synthesized.transfers)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--collective", "all-reduce"], "only All-Gathers can be streamed"),
+        (["--collective", "all-gather", "--groups", "0-7;8-15"], "drop --groups"),
+        (["--collective", "all-gather", "--tries", "2"], "drop -o/--output, --tries"),
+    ],
+)
+def test_streaming_what_cannot_stream_is_a_one_line_error(tmp_path, capsys, extra, message):
+    code = main(["synthesize", "--topology", "ring:16", "--stream", str(tmp_path / "x.bin"),
+                 *extra])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -299,7 +299,8 @@ def _spread(
     if topology.num_nodes * spec.num_chunks > IN_MEMORY_PAIRS:
         raise TacosError(
             f"{topology.num_nodes} nodes x {spec.num_chunks} chunks makes too many transfers "
-            "to keep in memory; stream an All-Gather to disk with tacos.stream.stream_all_gather"
+            "to keep in memory; stream an All-Gather to disk: tacos synthesize --stream FILE "
+            "(tacos.stream.stream_all_gather)"
         )
     blocks = list(
         spread_blocks(
