@@ -181,10 +181,20 @@ def heap_pop(times: np.ndarray, keys: np.ndarray, counters: np.ndarray) -> int:
 # A link u -> v may send the chunks of ``holds[u] & ~taken[v]``. Computing that
 # set's size for every link at every event costs O(chunks / 64) per link; instead
 # each link keeps how many chunks it may send per block of BLOCK words
-# (``block_count``) and in all (``count``), updated when u gains a chunk or v
-# claims one. A link with nothing to send then costs O(1), and a pick reads the
-# counts plus one block of the two nodes' rows.
+# (``block_count``, one short row per link), updated when u gains a chunk or v
+# claims one. A pick reads that row plus one block of the two nodes' rows. The
+# in- and out-link lists carry each link's far end (``in_srcs``, ``out_dsts``)
+# so that an update reads nothing per link but its counts.
 BLOCK = 8
+
+
+@njit(cache=True, inline="always")
+def _sendable(block_count: np.ndarray, link: int) -> int:
+    """How many chunks ``link`` may send: its row of block counts, summed."""
+    total = 0
+    for block in range(block_count.shape[1]):
+        total += block_count[link, block]
+    return total
 
 
 @njit(cache=True)
@@ -193,20 +203,18 @@ def gain(
     chunk: int,
     holds: np.ndarray,
     taken: np.ndarray,
-    link_dst: np.ndarray,
     out_ptr: np.ndarray,
     out_links: np.ndarray,
+    out_dsts: np.ndarray,
     block_count: np.ndarray,
-    count: np.ndarray,
 ) -> None:
     """``node`` now holds ``chunk``: out-links to nodes lacking it may send it."""
     w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
     holds[node, w] |= bit
     for j in range(out_ptr[node], out_ptr[node + 1]):
         link = out_links[j]
-        if not taken[link_dst[link], w] & bit:
+        if not taken[out_dsts[j], w] & bit:
             block_count[link, w // BLOCK] += 1
-            count[link] += 1
 
 
 @njit(cache=True)
@@ -215,20 +223,18 @@ def claim(
     chunk: int,
     holds: np.ndarray,
     taken: np.ndarray,
-    link_src: np.ndarray,
     in_ptr: np.ndarray,
     in_links: np.ndarray,
+    in_srcs: np.ndarray,
     block_count: np.ndarray,
-    count: np.ndarray,
 ) -> None:
     """``node`` holds or receives ``chunk`` (it did not before): no in-link may send it."""
     w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
     taken[node, w] |= bit
     for j in range(in_ptr[node], in_ptr[node + 1]):
         link = in_links[j]
-        if holds[link_src[link], w] & bit:
+        if holds[in_srcs[j], w] & bit:
             block_count[link, w // BLOCK] -= 1
-            count[link] -= 1
 
 
 # ---------------------------------------------------------------- chunk choice
@@ -270,12 +276,11 @@ def _pick_random(
     holds: np.ndarray,
     taken: np.ndarray,
     block_count: np.ndarray,
-    count: np.ndarray,
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> int:
     """Plain TACOS: a uniformly random eligible chunk (the r-th set bit, lowest first)."""
-    size = count[link]
+    size = _sendable(block_count, link)
     if size == 0:
         return -1
     r = randbelow(size, mt, counters)
@@ -340,7 +345,6 @@ def _pick_rarest(
     holds: np.ndarray,
     taken: np.ndarray,
     block_count: np.ndarray,
-    count: np.ndarray,
     compare_all_up_to: int,
     pool: np.ndarray,
     planes: np.ndarray,
@@ -354,7 +358,7 @@ def _pick_rarest(
     of which :func:`_fewest_holders` keeps the fewest-holders ones in a few
     word operations. Ties at random, lowest chunk first.
     """
-    size = count[link]
+    size = _sendable(block_count, link)
     if size == 0:
         return -1
     k = 0
@@ -396,8 +400,10 @@ def run_spread(
     link_time: np.ndarray,
     out_ptr: np.ndarray,
     out_links: np.ndarray,
+    out_dsts: np.ndarray,
     in_ptr: np.ndarray,
     in_links: np.ndarray,
+    in_srcs: np.ndarray,
     inbr_ptr: np.ndarray,
     inbrs: np.ndarray,
     link_class: np.ndarray,
@@ -412,7 +418,6 @@ def run_spread(
     holds: np.ndarray,
     taken: np.ndarray,
     block_count: np.ndarray,
-    count: np.ndarray,
     copies: np.ndarray,
     free_at: np.ndarray,
     flight_chunk: np.ndarray,
@@ -489,8 +494,7 @@ def run_spread(
                 num_touched += 1
             node = link_dst[link]
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
-                gain(node, chunk, holds, taken, link_dst, out_ptr, out_links, block_count,
-                     count)  # fmt: skip
+                gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
                 delivered += 1
                 if not is_touched[node]:
                     is_touched[node] = True
@@ -502,9 +506,8 @@ def run_spread(
             chunk = source_chunk[counters[C_SOURCE]]
             counters[C_SOURCE] += 1
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
-                claim(node, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
-                gain(node, chunk, holds, taken, link_dst, out_ptr, out_links, block_count,
-                     count)  # fmt: skip
+                claim(node, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
+                gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
                 if not is_touched[node]:
                     is_touched[node] = True
                     touched[num_touched] = node
@@ -543,17 +546,17 @@ def run_spread(
             link = order[i]
             u, v = link_src[link], link_dst[link]
             if policy == RANDOM:
-                chunk = _pick_random(link, u, v, holds, taken, block_count, count,
+                chunk = _pick_random(link, u, v, holds, taken, block_count,
                                      mt, counters)  # fmt: skip
             else:
                 chunk = _pick_rarest(link, u, v, inbr_ptr, inbrs, copies, holds, taken, block_count,
-                                     count, compare_all_up_to, pool, planes, mt,
+                                     compare_all_up_to, pool, planes, mt,
                                      counters)  # fmt: skip
                 if chunk >= 0:
                     copies[chunk] += 1
             if chunk >= 0:
                 sent[link] = chunk
-                claim(v, chunk, holds, taken, link_src, in_ptr, in_links, block_count, count)
+                claim(v, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
                 free_at[link] = now + link_time[link]
 
         # Emit this event's transfers in link order, their final (start, link) order.

@@ -167,6 +167,7 @@ class _SpreadKernel:
         self.link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
         self.out_ptr, self.out_links = _csr(topology.out_links)
         self.in_ptr, self.in_links = _csr(topology.in_links)
+        self.out_dsts, self.in_srcs = self.link_dst[self.out_links], self.link_src[self.in_links]
         # The "rarest" policy counts in-neighbours as nodes (parallel links count once).
         senders = [sorted({topology.links[i].src for i in ids}) for ids in topology.in_links]
         self.inbr_ptr, self.inbrs = _csr(senders)
@@ -183,7 +184,6 @@ class _SpreadKernel:
         self.holds = np.zeros((n, words), np.uint64)
         self.taken = np.zeros((n, words), np.uint64)
         self.block_count = np.zeros((num_links, max(1, blocks)), np.uint16)  # <= 512 per block
-        self.count = np.zeros(num_links, np.int64)
         self.copies = np.bincount(sources.chunk, minlength=num_chunks).astype(np.int64)
         self.free_at = np.zeros(num_links)
         self.flight_chunk = np.full(num_links, -1, np.int64)
@@ -227,10 +227,11 @@ class _SpreadKernel:
         delivered = int(self.counters[K.C_DELIVERED])
         status = K.run_spread(
             self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
-            self.in_ptr, self.in_links, self.inbr_ptr, self.inbrs, self.link_class,
-            self.class_time, self.source_time, self.source_node, self.source_chunk, self.policy,
+            self.out_dsts, self.in_ptr, self.in_links, self.in_srcs, self.inbr_ptr, self.inbrs,
+            self.link_class, self.class_time, self.source_time, self.source_node, self.source_chunk,
+            self.policy,
             RAREST_COMPARE_ALL,
-            self.holds, self.taken, self.block_count, self.count,
+            self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
             self.order, self.sent, self.touched, self.is_touched, self.class_head,
