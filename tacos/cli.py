@@ -323,6 +323,43 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 
 # ---------------------------------------------------------------- commands
+def _synthesis_report(
+    args: argparse.Namespace,
+    topology: Topology,
+    collectives: Sequence[Collective],
+    transfers: int,
+    elapsed: float,
+    seconds: float,
+) -> tuple[dict[str, Any], str]:
+    """What ``tacos synthesize`` reports of any result, as JSON fields and a first line."""
+    bounds = [lower_bounds(topology, collective) for collective in collectives]
+    bound = max(b.best_us for b in bounds)
+    first = collectives[0]
+    data: dict[str, Any] = {
+        "topology": topology.name,
+        "collective": first.kind.value,
+        "npus": topology.num_npus,
+        "switches": topology.num_switches,
+        "links": len(topology.links),
+        "chunks": sum(collective.num_chunks for collective in collectives),
+        "chunk_bytes": first.chunk_bytes,
+        "transfers": transfers,
+        "seed": args.seed,
+        "collective_time_us": elapsed,
+        "lower_bound_us": bound,
+        "ratio_to_bound": elapsed / bound if bound else None,
+        "synthesis_seconds": round(seconds, 6),
+    }
+    if len(bounds) == 1:
+        data["bounds"] = bounds[0].as_dict()
+    text = (
+        f"{first.kind} on {topology.describe()}: "
+        f"{elapsed:.6g} us ({data['ratio_to_bound']:.3f}x lower bound {bound:.6g} us), "
+        f"{transfers} transfers, synthesized in {seconds:.3f} s"
+    )
+    return data, text
+
+
 def _stream_synthesis(args: argparse.Namespace) -> int:
     """``tacos synthesize --stream FILE``: an All-Gather written to disk as it is made."""
     if args.output or args.tries != 1 or args.one_port or args.engine == "reference":
@@ -333,43 +370,23 @@ def _stream_synthesis(args: argparse.Namespace) -> int:
     topology, collectives = _problem(args)
     if len(collectives) != 1:
         raise TacosError("--stream takes one collective over every NPU; drop --groups")
-    (collective,) = collectives
     started = time.perf_counter()
     with _progress_bar(quiet=args.quiet) as progress:
         summary = stream_all_gather(
             topology,
-            collective,
+            collectives[0],
             args.stream,
             seed=args.seed,
             policy=args.policy,
             progress=progress,
         )
     seconds = time.perf_counter() - started
-    bound = lower_bounds(topology, collective).best_us
-    elapsed = summary.collective_time_us
-    data = {
-        "topology": topology.name,
-        "collective": collective.kind.value,
-        "npus": topology.num_npus,
-        "links": len(topology.links),
-        "chunks": collective.num_chunks,
-        "chunk_bytes": collective.chunk_bytes,
-        "transfers": summary.transfers,
-        "seed": args.seed,
-        "collective_time_us": elapsed,
-        "lower_bound_us": bound,
-        "ratio_to_bound": elapsed / bound if bound else None,
-        "synthesis_seconds": round(seconds, 6),
-        "stream": str(summary.path),
-        "stream_bytes": summary.bytes_written,
-    }
-    text = (
-        f"{collective.kind} on {topology.describe()}: {elapsed:.6g} us "
-        f"({data['ratio_to_bound']:.3f}x lower bound {bound:.6g} us), {summary.transfers} "
-        f"transfers, synthesized in {seconds:.3f} s; streamed {summary.bytes_written} bytes "
-        f"to {summary.path}"
+    data, text = _synthesis_report(
+        args, topology, collectives, summary.transfers, summary.collective_time_us, seconds
     )
-    _emit(args, data, text)
+    data["stream"] = str(summary.path)
+    data["stream_bytes"] = summary.bytes_written
+    _emit(args, data, f"{text}; streamed {summary.bytes_written} bytes to {summary.path}")
     return 0
 
 
@@ -379,36 +396,19 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     schedules, seconds = _synthesize_from_args(args)
     if args.output:
         save_schedules(args.output, schedules)
-    first = schedules[0]
-    topology = first.topology
-    elapsed = max(s.collective_time_us for s in schedules)
-    bound = max(lower_bounds(topology, s.collective).best_us for s in schedules)
-    data: dict[str, Any] = {
-        "topology": topology.name,
-        "collective": first.collective.kind.value,
-        "npus": topology.num_npus,
-        "switches": topology.num_switches,
-        "links": len(topology.links),
-        "chunks": sum(s.collective.num_chunks for s in schedules),
-        "chunk_bytes": first.collective.chunk_bytes,
-        "transfers": sum(len(s.transfers) for s in schedules),
-        "seed": args.seed,
-        "collective_time_us": elapsed,
-        "lower_bound_us": bound,
-        "ratio_to_bound": elapsed / bound if bound else None,
-        "synthesis_seconds": round(seconds, 6),
-        "output": str(args.output) if args.output else None,
-    }
-    if len(schedules) == 1:
-        data["bounds"] = lower_bounds(topology, first.collective).as_dict()
-    else:
-        data["tenants"] = _tenant_table(schedules, args)
-    text = (
-        f"{first.collective.kind} on {topology.describe()}: "
-        f"{elapsed:.6g} us ({data['ratio_to_bound']:.3f}x lower bound {bound:.6g} us), "
-        f"{data['transfers']} transfers, synthesized in {seconds:.3f} s"
-        + (f"; wrote {args.output}" if args.output else "")
+    data, text = _synthesis_report(
+        args,
+        schedules[0].topology,
+        [s.collective for s in schedules],
+        sum(len(s.transfers) for s in schedules),
+        max(s.collective_time_us for s in schedules),
+        seconds,
     )
+    data["output"] = str(args.output) if args.output else None
+    if args.output:
+        text += f"; wrote {args.output}"
+    if len(schedules) > 1:
+        data["tenants"] = _tenant_table(schedules, args)
     for row in data.get("tenants", []):
         text += (
             f"\n  tenant {row['tenant']} ({len(row['ranks'])} ranks): {row['together_us']:.6g} us "

@@ -334,6 +334,16 @@ def _fewest_holders(
     return bits
 
 
+@njit(cache=True, inline="always")
+def _list_members(bits: np.uint64, w: int, pool: np.ndarray, k: int) -> int:
+    """Append the chunks of word ``w``'s ``bits`` to ``pool[k:]``, lowest first; the new k."""
+    while bits:
+        pool[k] = w * 64 + lowest_bit(bits)
+        k += 1
+        bits &= bits - _ONE
+    return k
+
+
 @njit(cache=True)
 def _pick_rarest(
     link: int,
@@ -367,19 +377,12 @@ def _pick_rarest(
             if block_count[link, block] == 0:
                 continue
             for w in range(block * BLOCK, min(holds.shape[1], (block + 1) * BLOCK)):
-                bits = holds[u, w] & ~taken[v, w]
-                while bits:
-                    pool[k] = w * 64 + lowest_bit(bits)
-                    k += 1
-                    bits &= bits - _ONE
+                k = _list_members(holds[u, w] & ~taken[v, w], w, pool, k)
     else:
         r = randbelow(size, mt, counters)
-        w, bits, r = _find_member(r, link, u, v, holds, taken, block_count)
+        w, bits, _ = _find_member(r, link, u, v, holds, taken, block_count)
         bits = _fewest_holders(bits, w, v, inbr_ptr, inbrs, holds, planes)
-        while bits:
-            pool[k] = w * 64 + lowest_bit(bits)
-            k += 1
-            bits &= bits - _ONE
+        k = _list_members(bits, w, pool, 0)
     best_key, ties = 1 << 62, 0
     for i in range(k):
         key = _holders(inbr_ptr, inbrs, holds, v, pool[i]) * (1 << 32) + copies[pool[i]]

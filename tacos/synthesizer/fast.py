@@ -10,9 +10,9 @@ order, drawing from a copy of CPython's Mersenne Twister
 * node state is two ``uint64`` bit matrices (``holds``: chunks a node has;
   ``taken``: has or is receiving), and every link counts the chunks it may
   send (``holds[u] & ~taken[v]``) per block of 512, updated when ``u`` gains
-  a chunk or ``v`` claims one. A link with nothing to send costs O(1), a
-  random pick O(words / 8 + 8), and the "rarest" pick the same plus one word
-  per in-neighbour of ``v`` (bit-sliced counts, no per-chunk work);
+  a chunk or ``v`` claims one. A pick costs O(words / 8 + 8) (the link's row
+  of counts, then one block of words), the "rarest" pick one word more per
+  in-neighbour of ``v`` (bit-sliced counts, no per-chunk work);
 * the "rarest" key is computed when picking, from the in-neighbours' rows of
   the picked chunk's word, which the receiver's claim reads right after
   (so the state is the two bit matrices, the counts and a copy counter);
@@ -21,7 +21,8 @@ order, drawing from a copy of CPython's Mersenne Twister
   and dependencies are one lookup in a dense (node, chunk) index
   (:func:`spread_table`);
 * pruning and re-timing, the passes the reference runs after the greedy, are
-  array passes here (:func:`retime_npu_links`).
+  no-ops on a spread (:func:`_spread` says why); the Reduce-Scatter's reversed
+  spread is re-timed by one array pass (:func:`retime_npu_links`).
 
 Scope: NPU-only topologies (no switches), one collective whose ranks are all
 the NPUs, All-Gather, Reduce-Scatter or All-Reduce, no NPU port limit. Then
