@@ -182,9 +182,10 @@ class _SpreadKernel:
         self.source_chunk = np.ascontiguousarray(sources.chunk[order], np.int64)
         self.policy = K.RANDOM if policy == "random" else K.RAREST
 
-        self.holds = np.zeros((n, words), np.uint64)
-        self.taken = np.zeros((n, words), np.uint64)
-        self.block_count = np.zeros((num_links, max(1, blocks)), np.uint16)  # <= 512 per block
+        # Rows padded to whole cache lines, so a block of a row is one line, not two.
+        self.holds = _line_aligned_zeros(n, max(1, blocks) * K.BLOCK, np.uint64)
+        self.taken = _line_aligned_zeros(n, max(1, blocks) * K.BLOCK, np.uint64)
+        self.block_count = _line_aligned_zeros(num_links, max(1, blocks), np.uint16)  # <= 512
         self.copies = np.bincount(sources.chunk, minlength=num_chunks).astype(np.int64)
         self.free_at = np.zeros(num_links)
         self.flight_chunk = np.full(num_links, -1, np.int64)
@@ -231,7 +232,7 @@ class _SpreadKernel:
             self.out_dsts, self.in_ptr, self.in_links, self.in_srcs, self.inbr_ptr, self.inbrs,
             self.link_class, self.class_time, self.source_time, self.source_node, self.source_chunk,
             self.policy,
-            RAREST_COMPARE_ALL,
+            RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD,
             self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
@@ -253,6 +254,31 @@ class _SpreadKernel:
         """Leave the caller's ``random.Random`` where the reference would have left it."""
         internal = (*self.mt.tolist(), int(self.counters[K.C_MT_POS]))
         self.rng.setstate((3, internal, self.gauss_next))
+
+
+# How far ahead the event loop requests the memory of arrivals and picks it will
+# process next (see _kernels.prefetch): 4 measured 12% faster than none at
+# 16,384 NPUs; 8 was no better.
+ARRIVAL_LOOKAHEAD = 4
+PICK_LOOKAHEAD = 4
+
+
+def _line_aligned_zeros(rows: int, columns: int, dtype: type) -> np.ndarray:
+    """A zeroed C-order matrix whose rows start on cache-line boundaries.
+
+    numpy puts big arrays 16 bytes past a page boundary (the allocator's
+    header), which splits every 64-byte piece of a row over two cache lines.
+    Columns are padded to a whole number of lines; the padding stays zero.
+    """
+    per_line = K.CACHE_LINE // np.dtype(dtype).itemsize
+    columns = -(-columns // per_line) * per_line
+    raw = np.zeros(rows * columns * np.dtype(dtype).itemsize + K.CACHE_LINE, np.uint8)
+    skip = -raw.ctypes.data % K.CACHE_LINE
+    return (
+        raw[skip : skip + rows * columns * np.dtype(dtype).itemsize]
+        .view(dtype)
+        .reshape(rows, columns)
+    )
 
 
 def _csr(rows: tuple[tuple[int, ...], ...] | list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
