@@ -6,12 +6,13 @@ policy, same transfers, byte for byte, and the same random-number state after.
 
 import random
 
+import numpy as np
 import pytest
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.synthesizer import fast
+from tacos.synthesizer import _kernels, fast
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.topology import Link, Topology
 
@@ -121,3 +122,21 @@ def test_best_of_several_seeds_keeps_the_fastest_and_is_deterministic():
     assert list(best.transfers) == list(fastest.transfers)
     with pytest.raises(TacosError, match="tries must be at least 1"):
         tacos.synthesize(topo, spec, tries=0)
+
+
+def test_the_event_loop_sort_orders_a_prefix_and_leaves_the_rest():
+    rnd = np.random.default_rng(3)
+    for count in [0, 1, 2, 3, 17, 500]:
+        items = rnd.integers(0, 50, count + 7)  # duplicates too
+        expected = np.concatenate([np.sort(items[:count]), items[count:]])
+        _kernels.heapsort(items, count)
+        assert items.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.uint16])
+def test_bit_matrix_rows_start_on_cache_lines(dtype):
+    matrix = fast._line_aligned_zeros(1000, 79, dtype)
+    line = _kernels.CACHE_LINE
+    assert matrix.ctypes.data % line == 0 and matrix.strides[0] % line == 0
+    assert matrix.shape[0] == 1000 and 79 <= matrix.shape[1] < 79 + line
+    assert matrix.flags.c_contiguous and not matrix.any()

@@ -20,6 +20,11 @@ order, drawing from a copy of CPython's Mersenne Twister
   order, so blocks can be written out as they are made (:func:`spread_blocks`)
   and dependencies are one lookup in a dense (node, chunk) index
   (:func:`spread_table`);
+* past a few thousand NPUs the bit matrices outgrow the CPU cache and a
+  decision mostly waits on memory, so rows start on cache lines, the event
+  loop asks for the lines of its next arrivals and of a pick's in-neighbours
+  before it needs them (``_kernels.prefetch``), and it is compiled without
+  numba's reference counting (whose atomic updates would serialise the misses);
 * pruning and re-timing, the passes the reference runs after the greedy, are
   no-ops on a spread (:func:`_spread` says why); the Reduce-Scatter's reversed
   spread is re-timed by one array pass (:func:`retime_npu_links`).
