@@ -57,6 +57,10 @@ BLOCK_TRANSFERS = 1 << 20
 IN_MEMORY_PAIRS = 1 << 26
 """Largest nodes x chunks synthesized in memory: about one transfer per pair at ~60 bytes
 each, so up to ~4 GiB of columns (an 8192-NPU All-Gather); beyond, stream (tacos.stream)."""
+ARRIVAL_LOOKAHEAD = PICK_LOOKAHEAD = 4
+"""How far ahead the event loop requests the memory of the arrivals and picks it will
+process next (see _kernels.prefetch): 4 measured 12% faster than none at 16,384 NPUs,
+8 no better."""
 
 
 def fast_unsupported(
@@ -167,7 +171,7 @@ class _SpreadKernel:
     ) -> None:
         n, num_links = topology.num_nodes, len(topology.links)
         words = (num_chunks + 63) // 64
-        blocks = (words + K.BLOCK - 1) // K.BLOCK
+        blocks = max(1, (words + K.BLOCK - 1) // K.BLOCK)
         self.rng = rng
         self.link_src, self.link_dst = link_endpoints(topology)
         self.link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
@@ -188,9 +192,9 @@ class _SpreadKernel:
         self.policy = K.RANDOM if policy == "random" else K.RAREST
 
         # Rows padded to whole cache lines, so a block of a row is one line, not two.
-        self.holds = _line_aligned_zeros(n, max(1, blocks) * K.BLOCK, np.uint64)
-        self.taken = _line_aligned_zeros(n, max(1, blocks) * K.BLOCK, np.uint64)
-        self.block_count = _line_aligned_zeros(num_links, max(1, blocks), np.uint16)  # <= 512
+        self.holds = _line_aligned_zeros(n, blocks * K.BLOCK, np.uint64)
+        self.taken = _line_aligned_zeros(n, blocks * K.BLOCK, np.uint64)
+        self.block_count = _line_aligned_zeros(num_links, blocks, np.uint16)  # <= 512 per block
         self.copies = np.bincount(sources.chunk, minlength=num_chunks).astype(np.int64)
         self.free_at = np.zeros(num_links)
         self.flight_chunk = np.full(num_links, -1, np.int64)
@@ -261,13 +265,6 @@ class _SpreadKernel:
         self.rng.setstate((3, internal, self.gauss_next))
 
 
-# How far ahead the event loop requests the memory of arrivals and picks it will
-# process next (see _kernels.prefetch): 4 measured 12% faster than none at
-# 16,384 NPUs; 8 was no better.
-ARRIVAL_LOOKAHEAD = 4
-PICK_LOOKAHEAD = 4
-
-
 def _line_aligned_zeros(rows: int, columns: int, dtype: type) -> np.ndarray:
     """A zeroed C-order matrix whose rows start on cache-line boundaries.
 
@@ -275,15 +272,13 @@ def _line_aligned_zeros(rows: int, columns: int, dtype: type) -> np.ndarray:
     header), which splits every 64-byte piece of a row over two cache lines.
     Columns are padded to a whole number of lines; the padding stays zero.
     """
-    per_line = K.CACHE_LINE // np.dtype(dtype).itemsize
+    itemsize = np.dtype(dtype).itemsize
+    per_line = K.CACHE_LINE // itemsize
     columns = -(-columns // per_line) * per_line
-    raw = np.zeros(rows * columns * np.dtype(dtype).itemsize + K.CACHE_LINE, np.uint8)
+    size = rows * columns * itemsize
+    raw = np.zeros(size + K.CACHE_LINE, np.uint8)
     skip = -raw.ctypes.data % K.CACHE_LINE
-    return (
-        raw[skip : skip + rows * columns * np.dtype(dtype).itemsize]
-        .view(dtype)
-        .reshape(rows, columns)
-    )
+    return raw[skip : skip + size].view(dtype).reshape(rows, columns)
 
 
 def _csr(rows: tuple[tuple[int, ...], ...] | list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
