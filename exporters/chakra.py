@@ -37,7 +37,7 @@ from tacos.chakra_io import CHAKRA_VERSION, GlobalMetadata, Node, NodeType, attr
 from tacos.errors import TacosError
 from tacos.exporters.astra_config import ET_PREFIX, WORKLOAD_PREFIX, plan_bundle
 from tacos.exporters.base import ExportOptions, ExportResult
-from tacos.output import atomic_directory, write_text_atomic
+from tacos.output import atomic_directory, check_directory_target, write_text_atomic
 from tacos.schedule import Op, RankStep, Schedule, StepKind
 
 FORMAT_NAME = "chakra"
@@ -186,8 +186,17 @@ def workload_traces(schedule: Schedule, comm_type: int) -> dict[int, Trace]:
     return {npu: (GlobalMetadata(version=CHAKRA_VERSION), [node]) for npu in schedule.topology.npus}
 
 
+def check_target(out: Path, options: ExportOptions) -> None:
+    """A new or empty directory, a previous bundle, or any directory with ``--force``."""
+    check_directory_target(out, force=bool(options.get("force")))
+
+
 def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
     """Write a ready-to-run ASTRA-sim bundle to the directory ``out`` (atomically).
+
+    An existing bundle is updated in place: files of the previous export that this one
+    does not write are removed, files tacos did not write are kept
+    (:func:`tacos.output.atomic_directory`).
 
     Layout (paths inside are relative, so the folder can be moved)::
 
@@ -200,7 +209,7 @@ def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResul
     """
     bundle = plan_bundle(schedule)
     traces = rank_traces(schedule)
-    with atomic_directory(out) as scratch:
+    with atomic_directory(out, force=bool(options.get("force"))) as scratch:
         for rank, (meta, nodes) in traces.items():
             write_et(scratch / "et" / f"{ET_PREFIX}.{rank}.et", meta, nodes)
         for rank, (meta, nodes) in workload_traces(schedule, bundle.comm_type).items():
@@ -209,6 +218,8 @@ def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResul
             write_text_atomic(scratch / name, text)
         (scratch / "run.sh").chmod(0o755)
         schedule.save(scratch / "schedule.json")
+        written = sorted(p.relative_to(scratch) for p in scratch.rglob("*") if p.is_file())
     node_count = sum(len(nodes) for _, nodes in traces.values())
-    files = sorted(p for p in out.rglob("*") if p.is_file())
-    return ExportResult(files, ranks=len(traces), nodes=node_count, notes=bundle.notes)
+    return ExportResult(
+        [out / name for name in written], ranks=len(traces), nodes=node_count, notes=bundle.notes
+    )

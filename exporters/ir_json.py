@@ -10,13 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from tacos.exporters.base import ExportOptions, ExportResult
+from tacos.output import check_file_in_directory, check_file_target
 from tacos.schedule import Schedule, save_schedules
 
 FORMAT_NAME = "json"
 
 
+def _target(out: Path) -> Path:
+    return out if out.suffix.lower() == ".json" else out / "schedule.json"
+
+
+def check_target(out: Path, options: ExportOptions) -> None:
+    if out.suffix.lower() == ".json":
+        check_file_target(out)
+    else:
+        check_file_in_directory(out, "schedule.json")
+
+
 def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
     """Write the schedule JSON; the file is replaced atomically."""
-    target = out if out.suffix.lower() == ".json" else out / "schedule.json"
+    target = _target(out)
     save_schedules(target, options.get("tenant_schedules") or [schedule])
     return ExportResult(files=[target], ranks=schedule.collective.num_ranks)

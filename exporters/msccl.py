@@ -85,7 +85,7 @@ from tacos.importers.msccl import (
     Runtime,
     in_place_slot,
 )
-from tacos.output import write_bytes_atomic
+from tacos.output import check_file_in_directory, check_file_target, write_bytes_atomic
 from tacos.schedule import Op, Schedule
 from tacos.verify import verify
 
@@ -124,6 +124,15 @@ class MscclOptions:
                 f"--nchannels {chosen.nchannels}: the {chosen.runtime} runtime has 1..{limit}"
             )
         return chosen
+
+
+def check_target(out: Path, options: ExportOptions) -> None:
+    """``-o FILE.xml``, or a directory that gets ``<algorithm name>.xml``."""
+    MscclOptions.from_settings(options)
+    if out.suffix.lower() == ".xml":
+        check_file_target(out)
+    else:
+        check_file_in_directory(out)
 
 
 def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:

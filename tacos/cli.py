@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -28,6 +29,7 @@ from tacos.importers import (
     schedule_format_of,
 )
 from tacos.importers import msccl as msccl_xml
+from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
 from tacos.simulate import simulate
@@ -58,10 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = commands.add_parser("synthesize", help="synthesize a collective for a topology")
     _add_problem_arguments(p)
-    p.add_argument("-o", "--output", type=Path, help="write the schedule JSON here")
+    p.add_argument("-o", "--output", type=_output_path, help="write the schedule JSON here")
     p.add_argument(
         "--stream",
-        type=Path,
+        type=_output_path,
         metavar="FILE",
         help="All-Gathers too big for memory (tens of thousands of NPUs): write the transfers "
         "to FILE as they are made (tacos.stream format, 16 bytes each) instead of keeping them",
@@ -121,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = commands.add_parser("sweep", help="synthesize every point of a YAML design-space grid")
     p.add_argument("spec", type=Path, help="sweep YAML: topologies, collectives, chunk_sizes, ...")
     p.add_argument(
-        "-o", "--output", type=Path, required=True,
+        "-o", "--output", type=_output_path, required=True,
         help="results directory; its results.csv is resumed, finished points are not recomputed",
     )  # fmt: skip
     p.add_argument("--scheduler", choices=("local", "dask"), default="local",
@@ -133,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = commands.add_parser("plot", help="draw a schedule (link timeline, ...) or a sweep table")
     p.add_argument("file", type=Path, help="schedule JSON, or a sweep's results.csv or directory")
-    p.add_argument("-o", "--output", type=Path, required=True, help="OUT.png, OUT.svg or OUT.pdf")
+    p.add_argument(
+        "-o", "--output", type=_output_path, required=True, help="OUT.png, OUT.svg or OUT.pdf"
+    )
     p.add_argument("--kind", choices=PLOT_KINDS, default="all", help="schedule panel(s) to draw")
     p.add_argument("--color-by", choices=COLOR_BY, default="chunk", help="bar and tick colours")
     p.set_defaults(handler=_cmd_plot)
@@ -159,7 +163,15 @@ def export_main(argv: Sequence[str] | None = None) -> int:
         "e.g. --from chakra PREFIX; --topology and --collective then apply to the import",
     )
     _add_problem_arguments(parser)
-    parser.add_argument("-o", "--output", type=Path, required=True, help="output file or directory")
+    parser.add_argument(
+        "-o", "--output", type=_output_path, required=True, help="output file or directory"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write a bundle into a non-empty directory that tacos did not write "
+        "(its other files are kept; same-named files are replaced)",
+    )
     msccl = parser.add_argument_group("msccl format")
     msccl.add_argument("--nchannels", type=int, default=1, help="channels to spread chunks over")
     msccl.add_argument("--proto", choices=msccl_xml.PROTOCOLS, default="Simple", help="protocol")
@@ -174,19 +186,62 @@ def export_main(argv: Sequence[str] | None = None) -> int:
     return _run(parser, argv)
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is so that every cleanup runs (as on ^C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise _Terminated(signum)
+
+
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in _CLEANUP_SIGNALS}
     try:
-        return int(args.handler(args))
+        with protect_inputs(_input_paths(args)):
+            return int(args.handler(args))
     except TacosError as err:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
+    except _Terminated as stop:
+        print(f"{parser.prog}: {signal.Signals(stop.signum).name}, stopped", file=sys.stderr)
+        return 128 + stop.signum
     except BrokenPipeError:  # e.g. piped into head: stop quietly, as Unix tools do
         sys.stderr.close()
         return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+_CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _output_path(text: str) -> Path:
+    """An ``-o`` value: argparse would turn an empty string into ``.``, the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("the output path is empty")
+    return Path(text)
+
+
+def _input_paths(args: argparse.Namespace) -> list[Path]:
+    """Every file this command reads, so that no output may replace one of them."""
+    named = [
+        getattr(args, name, None) for name in ("topology", "schedule", "groups", "file", "spec")
+    ]
+    source = getattr(args, "import_from", None)
+    if source:
+        prefix = Path(source[1])
+        named.append(prefix)
+        named.extend(prefix.parent.glob(f"{prefix.name}.*.et"))
+    return [Path(p) for p in named if p and Path(p).is_file()]
 
 
 # ---------------------------------------------------------------- arguments
@@ -391,6 +446,9 @@ def _stream_synthesis(args: argparse.Namespace) -> int:
 
 
 def _cmd_synthesize(args: argparse.Namespace) -> int:
+    for target in (args.output, args.stream):
+        if target is not None:
+            check_file_target(target)
     if args.stream:
         return _stream_synthesis(args)
     schedules, seconds = _synthesize_from_args(args)
@@ -519,6 +577,7 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     exporter = get_exporter(args.format)
+    exporter.check_target(args.output, ExportOptions(_format_settings(args)))
     if args.schedule:
         if args.topology or args.collective or args.import_from:
             raise TacosError("give either --schedule or --from or --topology/--collective")
@@ -530,7 +589,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         schedules, seconds = _synthesize_from_args(args)
     schedule = merge_tenants(schedules)
     settings = {**_format_settings(args), "tenant_schedules": schedules}
-    result = exporter(schedule, args.output, ExportOptions(settings))
+    result = exporter.export(schedule, args.output, ExportOptions(settings))
     nodes = f", {result.nodes} nodes" if result.nodes else ""
     print(
         f"wrote {len(result.files)} file(s) to {args.output} ({args.format}): "
@@ -643,6 +702,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    check_file_target(args.output)
     plot_file(args.file, args.output, kind=args.kind, color_by=args.color_by)
     print(f"wrote {args.output}")
     return 0

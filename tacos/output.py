@@ -1,21 +1,136 @@
-"""Atomic output: a file or directory either appears complete or not at all.
+"""Output files and directories: written atomically, and never at the cost of a user's data.
 
-Users point exports at directories that tools like ASTRA-sim read later; a
-crash half-way must not leave something that looks valid. Everything is
-written next to its destination under a temporary name and renamed into place.
+Users point exports at directories that tools like ASTRA-sim read later, and at
+paths that already hold things. The rules, in the order a write checks them:
+
+* **Inputs are never outputs.** Inside :func:`protect_inputs` (the CLI wraps
+  every command in it) a write or removal that would hit one of the command's
+  input files is refused, so ``tacos synthesize --topology t.json -o t.json``
+  cannot replace its own topology with a schedule.
+* **A file output replaces only a regular file.** A symbolic link is followed:
+  the file it points to is replaced and the link kept. Directories, devices,
+  FIFOs and sockets are refused (``-o /dev/full`` must not replace the device).
+  The data goes to a temporary file beside the target, renamed over it only
+  when complete, so a crash or a full disk leaves the old file as it was.
+* **A directory output deletes only what tacos wrote.** A directory that does
+  not exist yet is built beside its destination and renamed into place whole.
+  An existing one is written into: the export's files are moved in, files that
+  an earlier export recorded in the directory's ledger (:data:`LEDGER`) and
+  this one no longer writes are removed, and every other file is left alone.
+  A non-empty directory without a ledger was not written by tacos and is
+  refused unless the caller passes ``force=True`` (``--force``), which adds
+  the export's files beside the others.
+
+:func:`check_file_target` and :func:`check_directory_target` apply the same
+rules up front, so the CLI can refuse a bad ``-o`` before a long synthesis.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from contextvars import ContextVar
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from tacos.errors import TacosError
+
+LEDGER = ".tacos-files"
+"""The file in an output directory listing (one relative path a line) what tacos wrote there."""
+
+_PROTECTED: ContextVar[frozenset[Path]] = ContextVar("tacos_protected_inputs", default=frozenset())
+
+
+# ------------------------------------------------------------------ inputs
+@contextmanager
+def protect_inputs(paths: Iterable[Path]) -> Iterator[None]:
+    """Within the block, refuse every write or removal that would hit one of ``paths``."""
+    resolved = frozenset(Path(p).resolve() for p in paths)
+    token = _PROTECTED.set(_PROTECTED.get() | resolved)
+    try:
+        yield
+    finally:
+        _PROTECTED.reset(token)
+
+
+def _refuse_inputs(targets: Iterable[Path], shown: Path) -> None:
+    protected = _PROTECTED.get()
+    for target in targets:
+        if target.resolve() in protected:
+            raise TacosError(
+                f"{shown}: writing there would overwrite the input {target}; "
+                "choose another output path"
+            )
+
+
+# ------------------------------------------------------------------ files
+def check_file_target(path: Path) -> Path:
+    """The regular file a file output at ``path`` will replace or create (links followed).
+
+    Raises :class:`TacosError` if ``path`` is empty, names a directory, a device, a FIFO
+    or a socket, or is one of the command's inputs.
+    """
+    if str(path) == "":
+        raise TacosError("the output path is empty; give a file name")
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as err:
+        raise TacosError(f"{path}: cannot use as output: {err.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise TacosError(f"{path}: is a directory; give a file name for this output")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise TacosError(
+            f"{path}: is not a regular file (a device, FIFO or socket); "
+            "tacos writes only regular files, give another path"
+        )
+    _refuse_inputs([target], path)
+    return target
+
+
+def check_file_in_directory(directory: Path, name: str | None = None) -> None:
+    """Check an output that writes the file ``name`` (if known yet) into ``directory``."""
+    if str(directory) == "":
+        raise TacosError("the output path is empty; give a file or directory name")
+    if directory.exists() and not directory.is_dir():
+        raise TacosError(f"{directory}: exists and is not a directory; choose another -o")
+    if name is not None:
+        check_file_target(directory / name)
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that becomes ``path`` only if the block succeeds (else it is removed).
+
+    For outputs written piece by piece, such as streamed schedules of many GB.
+    Write errors (a full disk, a read-only file system) become one-line errors.
+    """
+    target = check_file_target(Path(path))
+    _ensure_parent(target)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as err:
+        raise TacosError(f"{path}: cannot write there: {err.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename not in (None, tmp, str(target)):
+            raise
+        raise TacosError(f"{path}: cannot write: {_reason(err)}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -24,63 +139,131 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
-@contextmanager
-def atomic_file(path: Path) -> Iterator[BinaryIO]:
-    """A binary file that becomes ``path`` only if the block succeeds (else it is removed).
-
-    For outputs written piece by piece, such as streamed schedules of many GB.
-    """
-    path = Path(path)
-    _ensure_parent(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as err:
-        raise TacosError(f"{path}: cannot write there: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-@contextmanager
-def atomic_directory(path: Path) -> Iterator[Path]:
-    """Yield a scratch directory that replaces ``path`` only if the block succeeds.
-
-    An existing ``path`` is replaced as a whole (never merged with stale files).
-    """
+# ------------------------------------------------------------------ directories
+def check_directory_target(path: Path, *, force: bool = False) -> None:
+    """Refuse a directory output that would put a user's files at risk (see the module doc)."""
     path = Path(path)
+    if str(path) == "":
+        raise TacosError("the output path is empty; give a directory name")
     if path.exists() and not path.is_dir():
         raise TacosError(f"{path}: exists and is not a directory; choose another -o")
-    _ensure_parent(path)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    if not path.is_dir() or force or (path / LEDGER).is_file():
+        return
+    try:
+        empty = next(path.iterdir(), None) is None
+    except OSError as err:
+        raise TacosError(f"{path}: cannot read the directory: {err.strerror}") from None
+    if not empty:
+        raise TacosError(
+            f"{path}: is not empty and was not written by tacos (it has no {LEDGER}); "
+            "choose a new or empty directory, or add --force to write beside its files"
+        )
+
+
+@contextmanager
+def atomic_directory(path: Path, *, force: bool = False) -> Iterator[Path]:
+    """Yield a scratch directory whose files land in ``path`` only if the block succeeds.
+
+    See the module doc for what happens to an existing ``path``; ``force`` allows a
+    non-empty directory that tacos did not write.
+    """
+    path = Path(path)
+    check_directory_target(path, force=force)
+    existing = path.is_dir()
+    home = path if existing else path.parent
+    _ensure_parent(path / "x" if existing else path)
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=f".{path.resolve().name}.", dir=home))
+    except OSError as err:
+        raise TacosError(f"{path}: cannot write there: {err.strerror}") from None
     os.chmod(scratch, 0o777 & ~_umask())
     try:
         yield scratch
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(scratch, path)
-            shutil.rmtree(old, ignore_errors=True)
+        written = sorted(_files_under(scratch))
+        (scratch / LEDGER).write_text("".join(f"{name}\n" for name in written), "utf-8")
+        if existing:
+            _merge_into(path, scratch, written)
         else:
+            _refuse_inputs([path / name for name in written], path)
             os.replace(scratch, path)
-    except BaseException:
+    except OSError as err:
+        raise TacosError(f"{path}: cannot write: {_reason(err)}") from None
+    finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        raise
 
 
+def _merge_into(root: Path, scratch: Path, written: list[str]) -> None:
+    """Move the export's files into ``root``; remove what the last export wrote and this did not.
+
+    Everything is checked before the first file moves, so a refusal changes nothing.
+    """
+    stale = sorted(set(_ledger(root)) - set(written))
+    _refuse_inputs([root / name for name in [*written, *stale]], root)
+    for name in written:
+        target = root / name
+        for parent in reversed(PurePosixPath(name).parents[:-1]):
+            if (root / parent).exists() and not (root / parent).is_dir():
+                raise TacosError(f"{root / parent}: is in the way of {name}; move it away")
+        if target.is_dir() and not target.is_symlink():
+            raise TacosError(f"{target}: is a directory in the way of a file; move it away")
+    for name in written:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(scratch / name, root / name)
+    for name in stale:
+        target = root / name
+        if target.is_file() and not target.is_symlink():
+            target.unlink()
+            _remove_empty_parents(root, PurePosixPath(name))
+    os.replace(scratch / LEDGER, root / LEDGER)
+
+
+def _ledger(root: Path) -> list[str]:
+    """The relative paths a previous export recorded; anything that could escape ``root`` is
+    ignored (the ledger is a file in the user's directory, so it is not trusted)."""
+    try:
+        lines = (root / LEDGER).read_text("utf-8").splitlines()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return []
+    except OSError as err:
+        raise TacosError(f"{root / LEDGER}: cannot read: {err.strerror}") from None
+    safe = []
+    for line in lines:
+        name = PurePosixPath(line)
+        if line and not name.is_absolute() and ".." not in name.parts and str(name) == line:
+            safe.append(line)
+    return safe
+
+
+def _files_under(scratch: Path) -> Iterator[str]:
+    for directory, _, names in os.walk(scratch):
+        for name in names:
+            yield (Path(directory) / name).relative_to(scratch).as_posix()
+
+
+def _remove_empty_parents(root: Path, name: PurePosixPath) -> None:
+    for parent in name.parents[:-1]:
+        try:
+            (root / parent).rmdir()
+        except OSError:
+            return
+
+
+# ------------------------------------------------------------------ helpers
 def _ensure_parent(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise TacosError(f"{path}: cannot create its directory: {err}") from None
+        raise TacosError(f"{path}: cannot create its directory: {_reason(err)}") from None
+
+
+def _reason(err: OSError) -> str:
+    if err.errno == errno.ENOSPC:
+        return "no space left on the device"
+    return err.strerror or str(err)
 
 
 def _umask() -> int:

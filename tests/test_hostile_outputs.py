@@ -1,0 +1,229 @@
+"""Outputs never cost a user's data: no file deleted or replaced that tacos did not write.
+
+Every refusal is one line on stderr without a traceback, exit 2, names the path,
+leaves no partial output and no hidden scratch file, and leaves the user's files
+byte for byte as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tacos.cli import export_main, main
+
+
+def run(capsys, *argv, entry=main):
+    code = entry(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (hidden ones too) with its bytes."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def assert_refused(code: int, err: str, *names: str) -> None:
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "error:" in err, err
+    assert "Traceback" not in err
+    for name in names:
+        assert name in err, err
+
+
+def user_files(directory: Path) -> dict[str, bytes]:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "notes.txt").write_text("my notes")
+    (directory / "results").mkdir(exist_ok=True)
+    (directory / "results" / "run1.log").write_text("precious")
+    return snapshot(directory)
+
+
+# ------------------------------------------------------------------ directories
+def test_a_bundle_is_not_written_into_a_directory_of_the_users(capsys, tmp_path):
+    out = tmp_path / "mine"
+    before = user_files(out)
+    code, _, err = run(capsys, "--format", "chakra", "-o", str(out), entry=export_main)
+    assert_refused(code, err, str(out), "--force")
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_the_current_directory_is_refused_too_and_force_writes_beside_the_users_files(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    before = user_files(tmp_path)
+    code, _, err = run(capsys, "--format", "chakra", "-o", ".", entry=export_main)
+    assert_refused(code, err, "--force")
+    assert snapshot(tmp_path) == before
+    code, _, err = run(capsys, "--format", "chakra", "-o", ".", "--force", entry=export_main)
+    assert code == 0, err
+    after = snapshot(tmp_path)
+    assert {name: after[name] for name in before} == before
+    assert "run.sh" in after and "et/tacos.7.et" in after
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.is_dir()]
+
+
+def test_a_new_export_into_a_bundle_replaces_its_files_and_keeps_the_users(capsys, tmp_path):
+    out = tmp_path / "bundle"
+    assert run(capsys, "--format", "chakra", "--topology", "ring:8", "-o", str(out),
+               entry=export_main)[0] == 0  # fmt: skip
+    (out / "astra.log").write_text("ASTRA-sim output the user kept")
+    code, _, err = run(capsys, "--format", "chakra", "--topology", "ring:4", "-o", str(out),
+                       entry=export_main)  # fmt: skip
+    assert code == 0, err
+    assert sorted(p.name for p in (out / "et").iterdir()) == [f"tacos.{r}.et" for r in range(4)]
+    assert (out / "astra.log").read_text() == "ASTRA-sim output the user kept"
+
+
+def test_an_empty_directory_is_used(capsys, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    code, _, err = run(capsys, "--format", "chakra", "-o", str(out), entry=export_main)
+    assert code == 0, err
+    assert (out / "run.sh").is_file()
+
+
+def test_a_ledger_cannot_make_tacos_delete_outside_the_bundle(capsys, tmp_path):
+    out = tmp_path / "bundle"
+    assert run(capsys, "--format", "chakra", "-o", str(out), entry=export_main)[0] == 0
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    with (out / ".tacos-files").open("a") as ledger:
+        ledger.write(f"../outside.txt\n{outside}\n")
+    assert run(capsys, "--format", "chakra", "-o", str(out), entry=export_main)[0] == 0
+    assert outside.read_text() == "keep"
+
+
+# ------------------------------------------------------------------ files
+@pytest.mark.parametrize("entry, argv", [
+    (main, ["synthesize", "--topology", "ring:4", "-o"]),
+    (export_main, ["--format", "json", "--topology", "ring:4", "-o"]),
+    (export_main, ["--format", "msccl", "--topology", "ring:4", "-o"]),
+    (main, ["synthesize", "--topology", "mesh2d:4x4", "--collective", "all-gather", "--stream"]),
+])  # fmt: skip
+def test_a_fifo_or_a_directory_is_never_replaced_by_a_file(capsys, tmp_path, entry, argv):
+    suffix = ".xml" if "msccl" in argv else ".json"
+    fifo = tmp_path / f"pipe{suffix}"
+    os.mkfifo(fifo)
+    folder = tmp_path / f"folder{suffix}"
+    folder.mkdir()
+    for target, why in ((fifo, "not a regular file"), (folder, "directory")):
+        code, _, err = run(capsys, *argv, str(target), entry=entry)
+        assert_refused(code, err, str(target), why)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and folder.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([fifo.name, folder.name])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_device_is_never_replaced(capsys, tmp_path):
+    device = tmp_path / "null"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    code, _, err = run(capsys, "synthesize", "--topology", "ring:4", "-o", str(device))
+    assert_refused(code, err, str(device), "not a regular file")
+    assert stat.S_ISCHR(device.lstat().st_mode)
+
+
+def test_a_symbolic_link_is_followed_and_kept(capsys, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert run(capsys, "synthesize", "--topology", "ring:4", "-o", str(link))[0] == 0
+    assert link.is_symlink() and real.read_text().startswith("{")
+
+
+def test_an_empty_output_path_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["synthesize", "--topology", "ring:4", "-o", ""])
+    assert stop.value.code == 2
+    assert "output path is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ inputs
+def test_synthesize_does_not_overwrite_its_own_topology(capsys, tmp_path):
+    topology = tmp_path / "t.json"
+    topology.write_text(
+        '{"format": "tacos-topology", "version": 1, "npus": 2, "switches": 0, '
+        '"links": [[0, 1, 50.0, 0.5], [1, 0, 50.0, 0.5]]}'
+    )
+    before = topology.read_bytes()
+    code, _, err = run(capsys, "synthesize", "--topology", str(topology), "-o", str(topology))
+    assert_refused(code, err, str(topology), "input")
+    assert topology.read_bytes() == before
+
+
+def test_an_export_does_not_overwrite_the_schedule_it_reads(capsys, tmp_path):
+    out = tmp_path / "out"
+    assert run(capsys, "--format", "json", "-o", str(out), entry=export_main)[0] == 0
+    schedule = out / "schedule.json"
+    before = schedule.read_bytes()
+    for fmt in ("json", "chakra"):
+        code, _, err = run(capsys, "--format", fmt, "--schedule", str(schedule), "-o", str(out),
+                           "--force", entry=export_main)  # fmt: skip
+        assert_refused(code, err, "input")
+        assert schedule.read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["schedule.json"]
+
+
+# ------------------------------------------------------------------ write errors and signals
+def _tacos(*argv: str, cwd: Path, limit_bytes: int | None = None) -> subprocess.Popen[str]:
+    def limit() -> None:
+        if limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    entry, rest = ("export_main", argv[1:]) if argv[0] == "export" else ("main", argv)
+    code = f"import sys; from tacos.cli import {entry}; sys.exit({entry}(sys.argv[1:]))"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *rest],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit,
+    )
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(tmp_path):
+    for argv in (
+        ["export", "--format", "chakra", "--topology", "ring:16", "-o", "bundle"],
+        ["synthesize", "--topology", "ring:16", "-o", "s.json"],
+    ):
+        process = _tacos(*argv, cwd=tmp_path, limit_bytes=4096)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 2, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_clean_up_like_ctrl_c(tmp_path, signum):
+    process = _tacos(
+        "synthesize", "--topology", "mesh2d:96x96", "--collective", "all-gather", "-q",
+        "--stream", "s.bin", cwd=tmp_path,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".s.bin.*.tmp")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum, err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
