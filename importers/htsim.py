@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tacos.errors import TacosError
 from tacos.importers.base import TopologyImport, bits_per_second_to_GBps
+from tacos.limits import MAX_NODES, check_count
 from tacos.topology import Link, Topology
 
 FORMAT_NAME = "htsim fat tree"
@@ -129,6 +130,10 @@ def _build(header: dict[str, int], tiers: list[_Tier], source: str) -> TopologyI
         if not condition:
             raise TacosError(f"{source}: {problem} (htsim rejects this fat tree)")
 
+    check_count(hosts, MAX_NODES, "hosts (Nodes)", source)
+    for tier in range(len(tiers)):
+        require(bundle[tier] >= 1, f"Tier {tier} Bundle must be at least 1")
+        require(oversub[tier] >= 1, f"Tier {tier} Oversubscribed must be at least 1")
     require(hosts % podsize == 0, f"Nodes {hosts} is not a multiple of Podsize {podsize}")
     require(bundle[0] == 1, "Tier 0 Bundle must be 1")
     for tier in range(len(tiers)):
@@ -197,6 +202,6 @@ def _build(header: dict[str, int], tiers: list[_Tier], source: str) -> TopologyI
 
 
 def _whole(word: str, where: str) -> int:
-    if not word.isdigit():
+    if not (word.isascii() and word.isdigit()):  # isdigit alone accepts "²", which int refuses
         raise TacosError(f"{where}: {word!r} is not a whole number >= 0")
     return int(word)

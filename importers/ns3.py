@@ -51,7 +51,9 @@ RATE_UNITS.update(  # ns-3 spells binary prefixes only with "/s": Gib/s, GiB/s
 TIME_UNITS_US = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3, "ps": 1e-6, "fs": 1e-9, "min": 6e7,
                  "h": 3.6e9, "": 1e6}  # fmt: skip
 """ns-3 Time suffix -> microseconds per unit (a bare number is seconds)."""
-_QUANTITY = re.compile(r"^(?P<number>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>.*)$")
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>.*)$", re.ASCII
+)
 
 Token = tuple[int, str]
 """(1-based line, text)."""
@@ -63,13 +65,14 @@ def read_topology(text: str, source: str) -> TopologyImport:
     node_count = reader.whole("the node count", minimum=1)
     switch_count = reader.whole("the switch count", minimum=0)
     link_count = reader.whole("the link count", minimum=0)
-    switches: list[int] = []
+    switches: set[int] = set()
     for _ in range(switch_count):
         line, switch = reader.node_id("a switch id", node_count)
         if switch in switches:
             raise TacosError(f"{source}: line {line}: switch {switch} is listed twice")
-        switches.append(switch)
-    npus = [node for node in range(node_count) if node not in set(switches)]
+        switches.add(switch)
+    _check_npu_count(source, node_count - len(switches), link_count, len(text))
+    npus = [node for node in range(node_count) if node not in switches]
     if not npus:
         raise TacosError(f"{source}: line 1: all {node_count} nodes are switches; no NPU is left")
     file_ids = tuple(npus + sorted(switches))
@@ -99,6 +102,20 @@ def read_topology(text: str, source: str) -> TopologyImport:
     return TopologyImport(topology, FORMAT_NAME, file_ids if renumbered else None, tuple(notes))
 
 
+def _check_npu_count(source: str, npus: int, links: int, text_chars: int) -> None:
+    """Refuse an NPU count no file this long can connect, before listing the NPUs.
+
+    Every NPU needs a link to be reachable, a link touches two nodes and takes more
+    than two characters of the file, so the node count on line 1 cannot make the
+    reader allocate more than the file's size justifies.
+    """
+    if npus > 2 * min(links, text_chars) + 1:
+        raise TacosError(
+            f"{source}: line 1: {npus} NPUs cannot all be connected by the links this "
+            "file has room for; fix the node count on line 1"
+        )
+
+
 def _tokens(text: str) -> Iterator[Token]:
     for number, line in enumerate(text.splitlines(), start=1):
         for word in line.split():
@@ -125,7 +142,7 @@ class _Reader:
 
     def whole(self, what: str, *, minimum: int) -> int:
         word = self.take(what)
-        if not word.isdigit() or int(word) < minimum:
+        if not _is_whole(word) or int(word) < minimum:
             raise TacosError(
                 f"{self.source}: line {self.line}: {what} must be a whole number >= {minimum}, "
                 f"got {word!r}"
@@ -134,7 +151,7 @@ class _Reader:
 
     def node_id(self, what: str, node_count: int) -> tuple[int, int]:
         word = self.take(what)
-        if not word.isdigit() or int(word) >= node_count:
+        if not _is_whole(word) or int(word) >= node_count:
             raise TacosError(
                 f"{self.source}: line {self.line}: {what} {word!r} is not a node id in "
                 f"0..{node_count - 1}"
@@ -163,3 +180,8 @@ class _Reader:
                 f"{self.source}: line {token[0]}: unexpected {token[1]!r} after {what}; "
                 "fix the link count on line 1"
             )
+
+
+def _is_whole(word: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``²``, which ``int`` then refuses."""
+    return word.isascii() and word.isdigit()

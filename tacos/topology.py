@@ -34,6 +34,7 @@ from typing import Any
 
 import networkx as nx
 
+from tacos import clusters
 from tacos.errors import TacosError
 from tacos.jsonfile import parse_json
 
@@ -333,7 +334,7 @@ class Topology:
 
 
 # ------------------------------------------------------------------ loading
-_SPEC = re.compile(r"^(?P<kind>[a-z0-9-]+):(?P<args>[0-9x]+)$")
+_SPEC = re.compile(r"^(?P<kind>[a-z0-9-]+):(?P<args>[0-9x]+)(?:,(?P<options>.*))?$")
 _GRID_KINDS = {
     "mesh2d": (2, False),
     "torus2d": (2, True),
@@ -345,6 +346,7 @@ _GRID_KINDS = {
 SPEC_KINDS = (
     "ring:N", "fully-connected:N", "switch:N", "mesh2d:AxB", "torus2d:AxB",
     "mesh3d:AxBxC", "torus3d:AxBxC", "mesh:AxBx..", "torus:AxBx..", "hypercube:D",
+    *clusters.CLUSTER_KINDS,
 )  # fmt: skip
 
 
@@ -354,10 +356,15 @@ def from_spec(
     bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
     latency_us: float = DEFAULT_LATENCY_US,
 ) -> Topology:
-    """Generate a topology from a spec string such as ``torus2d:4x4``.
+    """Generate a topology from a spec string such as ``torus2d:4x4`` or ``dgx:4x8,nic=25``.
+
+    Cluster specs (``fat-tree``, ``dgx``, ``xgmi``) are laid out by :mod:`tacos.clusters`;
+    ``dgx`` and ``xgmi`` set every tier's bandwidth and latency in their options.
 
     >>> from_spec("mesh2d:2x3").num_npus
     6
+    >>> from_spec("dgx:2x8").describe()
+    'dgx:2x8 (16 NPUs, 30 switches, 160 directed links)'
     """
     _check_positive(bandwidth_GBps, "bandwidth", "--bandwidth")
     _check_nonnegative(latency_us, "latency", "--latency")
@@ -368,8 +375,20 @@ def from_spec(
             f"htsim .topo) or one of {', '.join(SPEC_KINDS)}"
         )
     kind, args = match["kind"], match["args"]
-    numbers = [int(x) for x in args.split("x") if x]
+    if "" in args.split("x"):
+        raise TacosError(f"{spec!r}: sizes are numbers joined by single x, e.g. {kind}:4x4")
+    numbers = [int(x) for x in args.split("x")]
+    options = clusters.parse_options(spec, match["options"] or "")
+    if options and kind not in ("dgx", "xgmi"):
+        raise TacosError(f"{spec!r}: {kind} takes no options; drop what follows the comma")
     kw: dict[str, Any] = {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
+    if kind == "fat-tree":
+        _require(len(numbers) == 1, f"{spec!r}: fat-tree takes one number, e.g. fat-tree:4")
+        return _from_layout(clusters.fat_tree(numbers[0], **kw), f"fat-tree:{numbers[0]}")
+    if kind in ("dgx", "xgmi"):
+        _require(len(numbers) == 2, f"{spec!r}: {kind} takes NODESxGPUS, e.g. {kind}:2x8")
+        build = clusters.dgx if kind == "dgx" else clusters.xgmi
+        return _from_layout(build(numbers[0], numbers[1], options), spec.strip().lower())
     if kind in ("ring", "fully-connected", "hypercube", "switch"):
         _require(len(numbers) == 1, f"{spec!r}: {kind} takes one number, e.g. {kind}:8")
         if kind == "ring":
@@ -388,6 +407,11 @@ def from_spec(
     raise TacosError(
         f"unknown topology kind {kind!r} in {spec!r}: use one of {', '.join(SPEC_KINDS)}"
     )
+
+
+def _from_layout(layout: clusters.Layout, name: str) -> Topology:
+    links = tuple(Link(*row) for row in layout.links)
+    return Topology(layout.num_npus, links, layout.num_switches, name)
 
 
 def load_topology(

@@ -1,0 +1,25 @@
+"""How big an input may be before anything is allocated for it.
+
+Sizes come from specs, options and files a user (or an attacker) wrote; a typo
+such as ``ring:10000000000`` must be a one-line error at once, not minutes of
+swapping followed by a MemoryError. The limits are what one machine of tens of
+GB can hold while synthesizing (the TACOS paper's largest run has 40,000 NPUs).
+"""
+
+from __future__ import annotations
+
+from tacos.errors import TacosError
+
+MAX_NODES = 2_000_000
+"""NPUs plus switches: 50 times the TACOS paper's largest network."""
+MAX_LINKS = 20_000_000
+"""Directed links (a Link object and its indices take about 200 bytes: 4 GB at this limit)."""
+
+
+def check_count(value: int, limit: int, what: str, where: str) -> None:
+    """Refuse ``value`` above ``limit`` with a message naming ``where`` it came from."""
+    if value > limit:
+        raise TacosError(
+            f"{where}: {value} {what} is more than one machine can synthesize for "
+            f"(at most {limit}); use a smaller network"
+        )
