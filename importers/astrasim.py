@@ -30,7 +30,9 @@ import yaml
 from tacos.errors import TacosError
 from tacos.exporters.astra_config import AnalyticalNetwork
 from tacos.importers.base import TopologyImport, cable
+from tacos.limits import MAX_LINKS, MAX_NODES, check_count
 from tacos.topology import Link, Topology
+from tacos.yamlfile import describe, parse_yaml
 
 FORMAT_NAME = "ASTRA-sim analytical network"
 KINDS = ("Ring", "FullyConnected", "Switch")
@@ -55,7 +57,7 @@ def read_network(text: str, source: str) -> TopologyImport:
 
 def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:
     """The dimensions of a network.yml, checked as ASTRA-sim checks them."""
-    node, data = _load_yaml(text, source)
+    node, data = parse_yaml(text, source)
     if not (isinstance(node, yaml.MappingNode) and isinstance(data, dict)):
         raise TacosError(f"{source}: expected a mapping with the keys {', '.join(KEYS)}")
     value_nodes = {
@@ -90,7 +92,7 @@ def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:
         kind = data["topology"][d]
         if kind not in KINDS:
             raise TacosError(
-                f"{where('topology')}: unknown topology {kind!r}; ASTRA-sim's analytical "
+                f"{where('topology')}: unknown topology {describe(kind)}; ASTRA-sim's analytical "
                 f"backend knows {', '.join(KINDS)}"
             )
         npus = int(_number(data["npus_count"][d], where("npus_count"), whole=True))
@@ -103,7 +105,19 @@ def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:
         if not (math.isfinite(latency) and latency >= 0):
             raise TacosError(f"{where('latency')}: {latency} ns must be >= 0")
         dims.append(AnalyticalNetwork(kind, npus, bandwidth, latency))
+    _check_size(dims, source)
     return dims
+
+
+def _check_size(dims: Sequence[AnalyticalNetwork], source: str) -> None:
+    """Refuse networks too big to build, from the counts alone (before any link exists)."""
+    total = 1
+    for dim in dims:
+        total *= dim.npus
+        check_count(total, MAX_NODES, "NPUs (the product of npus_count)", source)
+    per_npu = {"Ring": 2, "Switch": 2}
+    links = sum(total * per_npu.get(dim.kind, dim.npus - 1) for dim in dims)
+    check_count(links, MAX_LINKS, "directed links", source)
 
 
 def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topology:
@@ -139,21 +153,6 @@ def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topolog
     return Topology(total, tuple(links), switch - total, name)
 
 
-def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
-    """The document's node tree (for line numbers) and its Python value, safely."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        return node, loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise TacosError(f"{source}:{where} not valid YAML ({problem})") from None
-    finally:
-        loader.dispose()
-
-
 def _line(node: yaml.Node, item: int | None = None) -> int:
     """1-based line of a value, or of one item of a block list."""
     if item is not None and isinstance(node, yaml.SequenceNode) and item < len(node.value):
@@ -168,7 +167,7 @@ def _number(value: Any, where: str, *, whole: bool = False) -> float:
             raise ValueError
         number = float(value)
     except (TypeError, ValueError):
-        raise TacosError(f"{where}: {value!r} is not a number") from None
+        raise TacosError(f"{where}: {describe(value)} is not a number") from None
     if whole and not number.is_integer():
-        raise TacosError(f"{where}: {value!r} is not a whole number")
+        raise TacosError(f"{where}: {describe(value)} is not a whole number")
     return number

@@ -54,8 +54,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
@@ -63,6 +61,7 @@ from tacos.output import write_text_atomic
 from tacos.synthesizer import synthesize
 from tacos.topology import Link, Topology, from_spec, read_csv, read_json
 from tacos.verify import verify
+from tacos.yamlfile import describe, parse_yaml
 
 TABLE_NAME = "results.csv"
 REQUIRED_KEYS = ("topologies", "collectives", "chunk_sizes", "chunks_per_npu")
@@ -257,13 +256,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise TacosError(f"{path}: cannot read sweep file: {err}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or err
-        raise TacosError(f"{path}:{where}: not valid YAML: {problem}") from None
+    _, data = parse_yaml(text, str(path))
     return parse_spec(data, str(path), base_dir=path.parent)
 
 
@@ -278,7 +271,7 @@ def parse_spec(data: Any, source: str = "sweep", base_dir: Path | None = None) -
     known = REQUIRED_KEYS + OPTIONAL_KEYS
     for key in data:
         if key not in known:
-            raise TacosError(f"{source}: unknown key {key!r}; use {', '.join(known)}")
+            raise TacosError(f"{source}: unknown key {describe(key)}; use {', '.join(known)}")
     lists = {key: _entries(data, key, source) for key in known}
     topologies = [
         _topology_entry(v, f"{source}: topologies[{i}]", base_dir or Path("."))
@@ -352,7 +345,7 @@ def _topology_entry(
 ) -> tuple[str, Topology | None, tuple[int, ...] | None]:
     """(name as written, parsed file or None, dimensions) for one ``topologies`` entry."""
     if not isinstance(value, str):
-        raise TacosError(f"{where}: {value!r} is not a topology spec or file name")
+        raise TacosError(f"{where}: {describe(value)} is not a topology spec or file name")
     if Path(value).suffix.lower() not in (".csv", ".json"):
         _wrap(from_spec, value, where)
         return value, None, spec_dimensions(value)
@@ -381,7 +374,7 @@ def _size_text(value: Any) -> str | int:
 
 def _integer(value: Any, where: str, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TacosError(f"{where}: {value!r} is not a whole number")
+        raise TacosError(f"{where}: {describe(value)} is not a whole number")
     if minimum is not None and value < minimum:
         raise TacosError(f"{where}: {value} must be at least {minimum}")
     return value
@@ -399,10 +392,10 @@ def _link_value(value: Any, where: str, *, positive: bool) -> LinkValue:
 
 def _number(value: Any, where: str, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TacosError(f"{where}: {value!r} is not a number")
+        raise TacosError(f"{where}: {describe(value)} is not a number")
     number = float(value)
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
-        raise TacosError(f"{where}: {value!r} must be {'> 0' if positive else '>= 0'}")
+        raise TacosError(f"{where}: {describe(value)} must be {'> 0' if positive else '>= 0'}")
     return number
 
 

@@ -37,6 +37,7 @@ import networkx as nx
 from tacos import clusters
 from tacos.errors import TacosError
 from tacos.jsonfile import parse_json
+from tacos.limits import MAX_LINKS, MAX_NODES, check_count
 
 GIB = 2**30
 DEFAULT_BANDWIDTH_GBPS = 50.0
@@ -389,6 +390,7 @@ def from_spec(
         _require(len(numbers) == 2, f"{spec!r}: {kind} takes NODESxGPUS, e.g. {kind}:2x8")
         build = clusters.dgx if kind == "dgx" else clusters.xgmi
         return _from_layout(build(numbers[0], numbers[1], options), spec.strip().lower())
+    _check_spec_size(kind, numbers, spec)
     if kind in ("ring", "fully-connected", "hypercube", "switch"):
         _require(len(numbers) == 1, f"{spec!r}: {kind} takes one number, e.g. {kind}:8")
         if kind == "ring":
@@ -407,6 +409,16 @@ def from_spec(
     raise TacosError(
         f"unknown topology kind {kind!r} in {spec!r}: use one of {', '.join(SPEC_KINDS)}"
     )
+
+
+def _check_spec_size(kind: str, numbers: Sequence[int], spec: str) -> None:
+    """Refuse a generated network too big to hold, from its sizes alone (nothing built yet)."""
+    if kind in ("fat-tree", "dgx", "xgmi", "hypercube"):
+        return  # checked by their own builders
+    npus = math.prod(numbers)
+    check_count(npus, MAX_NODES, "NPUs", spec.strip())
+    per_npu = npus - 1 if kind == "fully-connected" else 2 * max(len(numbers), 1)
+    check_count(npus * per_npu, MAX_LINKS, "directed links", spec.strip())
 
 
 def _from_layout(layout: clusters.Layout, name: str) -> Topology:

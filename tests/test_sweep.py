@@ -283,7 +283,7 @@ def test_a_bad_grid_is_one_line_naming_the_key_and_exit_2_before_any_work(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("topologies: [ring:4\n", "line 2: not valid YAML"),
+        ("topologies: [ring:4\n", "line 2 column 1: not valid YAML"),
         ("- ring:4\n", "expected a mapping"),
         ("topologies: [ring:4]\n", "missing key 'collectives'"),
     ],

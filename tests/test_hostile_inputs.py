@@ -1,0 +1,77 @@
+"""Hostile and oversized inputs: one line naming the file or value, exit 2, at once.
+
+Sizes are checked before anything is allocated for them, so each case must be
+refused in well under a second (the guard below is generous, for slow CI machines).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tacos.cli import main
+
+BILLION_LAUGHS = (
+    "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
+        for prev, name in zip(["", "a", "b", "c", "d", "e", "f"], "abcdefg", strict=True)
+    )
+    + "topology: [ Ring ]\nnpus_count: [ *g ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n"
+)
+
+HTSIM = """Nodes 8
+Tiers 2
+Podsize 8
+Tier 0
+Downlink_speed_Gbps 200
+Radix_Down 2
+Radix_Up 2
+Downlink_Latency_ns 1000
+Tier 1
+Downlink_speed_Gbps 200
+Radix_Down 4
+Downlink_Latency_ns 1000
+Bundle 1
+"""
+
+CASES = [
+    # (file name, file text or None, --topology, what stderr must contain)
+    ("bomb.yml", BILLION_LAUGHS, "bomb.yml", "expands to more than"),
+    ("loop.yml", "topology: &x [ Ring, *x ]\nnpus_count: [4]\nbandwidth: [1]\nlatency: [1]\n",
+     "loop.yml", "contains it"),
+    ("big.yml", "topology: [ Ring ]\nnpus_count: [ 1e12 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n",
+     "big.yml", "1000000000000 NPUs"),
+    ("wide.yml", "topology: [ FullyConnected ]\nnpus_count: [ 100000 ]\nbandwidth: [ 50 ]\n"
+     "latency: [ 500 ]\n", "wide.yml", "directed links"),
+    ("big.txt", "1000000000000 0 1\n0 1 1Gbps 1ms 0\n", "big.txt", "big.txt: line 1"),
+    ("sq.txt", "3 1 2\n²\n", "sq.txt", "sq.txt: line 2"),
+    ("zero.topo", HTSIM.replace("Bundle 1", "Bundle 0"), "zero.topo", "Bundle must be at least 1"),
+    ("over.topo", HTSIM.replace("Radix_Up 2", "Radix_Up 2\nOversubscribed 0"), "over.topo",
+     "Oversubscribed must be at least 1"),
+    ("sq.topo", HTSIM.replace("Nodes 8", "Nodes ²"), "sq.topo", "sq.topo: line 1"),
+    (None, None, "mesh2d:100000x100000", "10000000000 NPUs"),
+    (None, None, "fully-connected:200000", "directed links"),
+    (None, None, "ring:" + "9" * 20, "9" * 20 + " NPUs"),
+    (None, None, "mesh2d:4xx4", "single x"),
+    (None, None, "dgx:100000x100", "dgx:100000x100"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "text", "topology", "message"), CASES)
+def test_each_hostile_topology_is_one_line_exit_2_at_once(
+    capsys, tmp_path, monkeypatch, name, text, topology, message
+):
+    monkeypatch.chdir(tmp_path)
+    if name:
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    started = time.perf_counter()
+    code = main(["synthesize", "--topology", topology, "-o", "out.json"])
+    elapsed = time.perf_counter() - started
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("tacos: error:") and err.count("\n") == 1, err
+    assert message in err
+    assert "Traceback" not in err and "lol" not in err
+    assert elapsed < 5.0, f"{elapsed:.1f} s: the size check must come before the work"
+    assert not (tmp_path / "out.json").exists()
