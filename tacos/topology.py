@@ -315,6 +315,20 @@ class Topology:
         for key in ("npus", "links"):
             if key not in data:
                 raise TacosError(f"{source}: missing field {key!r}")
+        unknown = sorted(str(key) for key in data if key not in _JSON_FIELDS)
+        if unknown:
+            raise TacosError(
+                f"{source}: unknown field {unknown[0][:40]!r}; a topology has "
+                + ", ".join(_JSON_FIELDS)
+            )
+        if not isinstance(data["links"], list):
+            raise TacosError(
+                f"{source}: links must be a list of [src, dst, bandwidth_GBps, latency_us]"
+            )
+        npus = _as_int(data["npus"], f"{source}: npus")
+        switches = _as_int(data.get("switches", 0), f"{source}: switches")
+        check_count(npus + switches, MAX_NODES, "nodes (npus + switches)", source)
+        check_count(len(data["links"]), MAX_LINKS, "links", source)
         links = []
         for i, row in enumerate(data["links"]):
             if not (isinstance(row, list) and len(row) == 4):
@@ -326,13 +340,15 @@ class Topology:
         if not isinstance(original, list):
             raise TacosError(f"{source}: original_ids must be a list of node ids")
         return cls(
-            _as_int(data["npus"], f"{source}: npus"),
+            npus,
             tuple(links),
-            _as_int(data.get("switches", 0), f"{source}: switches"),
+            switches,
             str(data.get("name", "")),
             tuple(_as_int(x, f"{source}: original_ids") for x in original),
         )
 
+
+_JSON_FIELDS = ("format", "version", "name", "npus", "switches", "original_ids", "links")
 
 # ------------------------------------------------------------------ loading
 _SPEC = re.compile(r"^(?P<kind>[a-z0-9-]+):(?P<args>[0-9x]+)(?:,(?P<options>.*))?$")
@@ -460,7 +476,7 @@ def read_csv(text: str, source: str = "<csv>") -> Topology:
 
     NPUs are ``0..max id``; every id in that range must appear in some link.
     """
-    rows = list(csv.reader(io.StringIO(text)))
+    rows = list(csv.reader(io.StringIO(text.removeprefix("\ufeff"))))  # Excel writes a BOM
     rows = [r for r in rows if r and not r[0].lstrip().startswith("#")]
     if not rows or tuple(c.strip() for c in rows[0]) != CSV_HEADER:
         raise TacosError(f"{source}: line 1: the header must be {','.join(CSV_HEADER)}")
@@ -473,9 +489,9 @@ def read_csv(text: str, source: str = "<csv>") -> Topology:
         raise TacosError(f"{source}: no links after the header")
     num_nodes = 1 + max(max(lk.src, lk.dst) for lk in links)
     used = {lk.src for lk in links} | {lk.dst for lk in links}
-    missing = sorted(set(range(num_nodes)) - used)
-    if missing:
-        raise TacosError(f"{source}: NPU ids must be 0..{num_nodes - 1}; {missing[0]} has no link")
+    if len(used) < num_nodes:  # every id below the largest needs a link: say which one lacks it
+        missing = min(set(range(len(used) + 1)) - used)
+        raise TacosError(f"{source}: NPU ids must be 0..{num_nodes - 1}; {missing} has no link")
     return Topology(num_nodes, tuple(links), 0, Path(source).stem)
 
 

@@ -50,6 +50,13 @@ CASES = [
     ("over.topo", HTSIM.replace("Radix_Up 2", "Radix_Up 2\nOversubscribed 0"), "over.topo",
      "Oversubscribed must be at least 1"),
     ("sq.topo", HTSIM.replace("Nodes 8", "Nodes ²"), "sq.topo", "sq.topo: line 1"),
+    ("huge.csv", "src,dst,bandwidth_GBps,latency_us\n0,1,50,1\n1,0,50,1\n1,1000000000000,50,1\n",
+     "huge.csv", "huge.csv: NPU ids must be 0..1000000000000; 2 has no link"),
+    ("huge.json", '{"npus": 1000000000000, "links": [[0, 1, 50, 1], [1, 0, 50, 1]]}', "huge.json",
+     "1000000000000 nodes"),
+    ("five.json", '{"npus": 2, "links": 5}', "five.json", "links must be a list"),
+    ("typo.json", '{"nmpus": 2, "npus": 2, "links": [[0, 1, 50, 1], [1, 0, 50, 1]]}',
+     "typo.json", "unknown field 'nmpus'"),
     (None, None, "mesh2d:100000x100000", "10000000000 NPUs"),
     (None, None, "fully-connected:200000", "directed links"),
     (None, None, "ring:" + "9" * 20, "9" * 20 + " NPUs"),
@@ -75,3 +82,9 @@ def test_each_hostile_topology_is_one_line_exit_2_at_once(
     assert "Traceback" not in err and "lol" not in err
     assert elapsed < 5.0, f"{elapsed:.1f} s: the size check must come before the work"
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_csv_with_a_utf8_byte_order_mark_is_read(capsys, tmp_path):
+    topology = tmp_path / "excel.csv"
+    topology.write_bytes(b"\xef\xbb\xbfsrc,dst,bandwidth_GBps,latency_us\n0,1,50,1\n1,0,50,1\n")
+    assert main(["synthesize", "--topology", str(topology)]) == 0, capsys.readouterr().err
