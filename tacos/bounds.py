@@ -18,6 +18,14 @@ Every bound holds for any schedule under the link model of
   needs ``2n - 2`` messages for ``n`` parties to learn everything).
 * ``diameter``: the slowest chunk must cross the farthest source-destination
   pair, hop by hop (distances in per-chunk link times).
+* ``throughput``: the throughput-optimal cut bound of ForestColl (arXiv
+  2402.06787): over every node set ``S`` (switches included), what must leave
+  ``S`` over the bandwidth leaving it, computed exactly by max-flow in
+  :mod:`tacos.throughput` (which says what it is for each kind). It ignores
+  latency and chunking but sees every bottleneck cut, not only single nodes.
+  For All-Reduce ``rs_plus_ag`` is also reported: ForestColl's optimum for
+  Reduce-Scatter then All-Gather. It bounds only schedules that finish
+  reducing before gathering, so it is not part of ``best``.
 
 The counts come from the collective's own pre- and postcondition
 (:meth:`tacos.collective.Collective.initial_data` and ``final_data``).
@@ -36,6 +44,7 @@ import numpy as np
 from numba import njit
 
 from tacos.collective import Collective, CollectiveKind
+from tacos.throughput import rs_plus_ag_us, throughput_bound_us
 from tacos.topology import GIB, Topology
 
 _MAX_DIJKSTRA_WORK = 4_000_000
@@ -44,29 +53,48 @@ _SAMPLED_SOURCES = 64
 
 @dataclass(frozen=True)
 class LowerBounds:
-    """Lower bounds in microseconds; ``best`` is the tightest."""
+    """Lower bounds in microseconds; ``best`` is the tightest.
+
+    ``rs_plus_ag_us`` is set for All-Reduce only and is not a bound for every
+    schedule (see the module docs), so ``best`` leaves it out.
+    """
 
     ingress_us: float
     chunk_ingress_us: float
     link_capacity_us: float
     diameter_us: float
+    throughput_us: float = 0.0
+    rs_plus_ag_us: float | None = None
 
     @property
     def best_us(self) -> float:
-        return max(self.ingress_us, self.chunk_ingress_us, self.link_capacity_us, self.diameter_us)
+        return max(
+            self.ingress_us,
+            self.chunk_ingress_us,
+            self.link_capacity_us,
+            self.diameter_us,
+            self.throughput_us,
+        )
 
     def as_dict(self) -> dict[str, float]:
-        return {
+        data = {
             "ingress_us": self.ingress_us,
             "chunk_ingress_us": self.chunk_ingress_us,
             "link_capacity_us": self.link_capacity_us,
             "diameter_us": self.diameter_us,
-            "best_us": self.best_us,
+            "throughput_us": self.throughput_us,
         }
+        if self.rs_plus_ag_us is not None:
+            data["rs_plus_ag_us"] = self.rs_plus_ag_us
+        data["best_us"] = self.best_us
+        return data
 
 
 def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
     """All bounds for ``collective`` on ``topology``.
+
+    Raises :class:`~tacos.errors.TacosError` when a rank is not an NPU of the
+    topology or cannot reach another rank (the throughput bound needs both).
 
     >>> from tacos.topology import Topology
     >>> topo = Topology.ring(4)
@@ -74,6 +102,10 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
     >>> lower_bounds(topo, spec).best_us  # 3 chunks over 2 in-links: 2 chunk times
     40.0625
     """
+    throughput = throughput_bound_us(topology, collective)  # first: it checks the ranks
+    two_phase = None
+    if collective.kind is CollectiveKind.ALL_REDUCE:
+        two_phase = rs_plus_ag_us(topology, collective)
     demand = _demand_closed_form(collective) or _demand(topology, collective)
     per_chunk = topology.link_times_us(collective.chunk_bytes)
     ingress = chunk_ingress = 0.0
@@ -102,7 +134,7 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
         transfers = demand.unrouted_messages * _fewest_hops_between_npus(topology)
         capacity = max(capacity, min_time_to_move(per_chunk, demand.messages + transfers))
     diameter = _diameter(topology, demand.pairs, per_chunk)
-    return LowerBounds(ingress, chunk_ingress, capacity, diameter)
+    return LowerBounds(ingress, chunk_ingress, capacity, diameter, throughput, two_phase)
 
 
 @dataclass
