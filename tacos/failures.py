@@ -20,10 +20,11 @@ from pathlib import Path
 
 from tacos.errors import TacosError
 from tacos.jsonfile import load_json
+from tacos.limits import MAX_NODES
 from tacos.topology import Link, Topology
 
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
-_LINK = re.compile(r"^\s*(\d+)\s*([->])\s*(\d+)\s*$")
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$", re.ASCII)
+_LINK = re.compile(r"^\s*(\d+)\s*([->])\s*(\d+)\s*$", re.ASCII)
 
 
 def parse_ids(text: str, what: str = "NPU list") -> list[int]:
@@ -39,6 +40,11 @@ def parse_ids(text: str, what: str = "NPU list") -> list[int]:
         high = int(match[2]) if match[2] else low
         if high < low:
             raise TacosError(f"{what} {text!r}: range {part.strip()!r} runs backwards")
+        if high >= MAX_NODES:
+            raise TacosError(
+                f"{what} {part.strip()[:40]!r}: id {high} is beyond any network tacos can hold "
+                f"({MAX_NODES} nodes); give the ids of your network's NPUs"
+            )
         ids.update(range(low, high + 1))
     return sorted(ids)
 
@@ -70,10 +76,18 @@ def parse_groups(text: str) -> list[list[int]]:
         if not (isinstance(groups, list) and all(isinstance(g, list) for g in groups)):
             raise TacosError(f'{text}: expected a list of NPU-id lists (or {{"groups": ...}})')
         try:
-            return [sorted({int(x) for x in group}) for group in groups]
+            members = [sorted({int(x) for x in group}) for group in groups]
         except (TypeError, ValueError):
             raise TacosError(f"{text}: group members must be NPU ids") from None
-    return [parse_ids(part, "group") for part in text.split(";") if part.strip()]
+    else:
+        members = [parse_ids(part, "group") for part in text.split(";")]
+    for index, group in enumerate(members):
+        if not group:
+            raise TacosError(
+                f"groups {text[:60]!r}: group {index} is empty; give each tenant its NPUs, "
+                'e.g. "0-7;8-15"'
+            )
+    return members
 
 
 def without_failures(

@@ -88,3 +88,17 @@ def test_a_csv_with_a_utf8_byte_order_mark_is_read(capsys, tmp_path):
     topology = tmp_path / "excel.csv"
     topology.write_bytes(b"\xef\xbb\xbfsrc,dst,bandwidth_GBps,latency_us\n0,1,50,1\n1,0,50,1\n")
     assert main(["synthesize", "--topology", str(topology)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--fail-npus", "0-1000000000000", "id 1000000000000 is beyond"),
+    ("--groups", "0-1000000000000", "id 1000000000000 is beyond"),
+    ("--groups", "0-3;;4-7", "group 1 is empty"),
+    ("--fail-npus", "²", "is not an id"),
+])  # fmt: skip
+def test_id_lists_are_checked_before_they_are_expanded(capsys, option, value, message):
+    started = time.perf_counter()
+    code = main(["synthesize", "--topology", "ring:8", option, value])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert time.perf_counter() - started < 5.0
