@@ -123,18 +123,18 @@ def throughput_bound_us(topology: Topology, collective: Collective) -> float:
     per_rank = collective.chunks_per_rank * collective.chunk_bytes
     ranks, root = collective.ranks, collective.root
     if kind is CollectiveKind.ALL_GATHER:
-        return _time_us(per_rank, _share_rate(topology, ranks, "out"))
+        return _time_us(per_rank, share_rate(topology, ranks, "out"))
     if kind is CollectiveKind.REDUCE_SCATTER:
-        return _time_us(per_rank, _share_rate(topology, ranks, "in"))
+        return _time_us(per_rank, share_rate(topology, ranks, "in"))
     whole = collective.num_chunks * collective.chunk_bytes
     if kind is CollectiveKind.ALL_REDUCE:
-        return _time_us(whole, _min_cut(topology, ranks, None, "out"))
+        return _time_us(whole, min_cut(topology, ranks, None, "out"))
     assert root is not None
     if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
         direction: Direction = "out" if kind is CollectiveKind.BROADCAST else "in"
-        return _time_us(whole, _min_cut(topology, ranks, root, direction))
+        return _time_us(whole, min_cut(topology, ranks, root, direction))
     direction = "out" if kind is CollectiveKind.GATHER else "in"
-    return _time_us(per_rank, _share_rate(topology, ranks, direction, sink=root))
+    return _time_us(per_rank, share_rate(topology, ranks, direction, sink=root))
 
 
 def rs_plus_ag_us(topology: Topology, collective: Collective) -> float:
@@ -156,8 +156,8 @@ def rs_plus_ag_us(topology: Topology, collective: Collective) -> float:
     _check_ranks(topology, collective.ranks)
     per_rank = collective.chunks_per_rank * collective.chunk_bytes
     ranks = collective.ranks
-    return _time_us(per_rank, _share_rate(topology, ranks, "in")) + _time_us(
-        per_rank, _share_rate(topology, ranks, "out")
+    return _time_us(per_rank, share_rate(topology, ranks, "in")) + _time_us(
+        per_rank, share_rate(topology, ranks, "out")
     )
 
 
@@ -181,7 +181,7 @@ def _check_ranks(topology: Topology, ranks: tuple[int, ...]) -> None:
 
 
 # ------------------------------------------------------------------ the two problems
-def _share_rate(
+def share_rate(
     topology: Topology, ranks: tuple[int, ...], direction: Direction, *, sink: int | None = None
 ) -> Rate:
     """``x* = min B(S) / |S & ranks|`` over sets ``S`` with ranks on both sides, in GB/s.
@@ -215,7 +215,7 @@ def _share_rate(
     return rate
 
 
-def _min_cut(
+def min_cut(
     topology: Topology, ranks: tuple[int, ...], root: int | None, direction: Direction
 ) -> Rate:
     """The least bandwidth of a cut with ranks on both sides, in GB/s.
@@ -230,8 +230,8 @@ def _min_cut(
     if isinstance(cached, Rate):
         return cached
     if root is None:
-        forward = _min_cut(topology, ranks, ranks[0], "out")
-        backward = _min_cut(topology, ranks, ranks[0], "in")
+        forward = min_cut(topology, ranks, ranks[0], "out")
+        backward = min_cut(topology, ranks, ranks[0], "in")
         rate = Rate(min(forward.GBps, backward.GBps), forward.exact and backward.exact)
     else:
         net = _network(topology, ranks, direction)

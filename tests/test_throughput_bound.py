@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from fractions import Fraction
 
+import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -161,7 +162,7 @@ def test_a_512_gpu_rail_cluster_is_bounded_exactly_in_well_under_a_second():
     # One server's 8 GPUs take 504 MiB in through 8 NIC links of 50 GB/s:
     # x* = 400 / 504 GB/s per rank, 504 * 976.5625 / 400 = 1230.46875 us; a single
     # GPU's 400 + 64 GB/s (ingress, 1075.5 us) is looser.
-    assert throughput._share_rate(topo, tuple(topo.npus), "out") == throughput.Rate(
+    assert throughput.share_rate(topo, tuple(topo.npus), "out") == throughput.Rate(
         Fraction(400, 504), True
     )
     assert found[AG].throughput_us == found[RS].throughput_us == 1230.46875
@@ -197,7 +198,7 @@ def test_a_rank_that_is_no_npu_is_an_error():
 
 def test_bandwidths_too_fine_for_64_bits_round_up_and_stay_a_bound():
     topo = Topology(3, links((0, 1, 0.1), (1, 2, 1 / 3), (2, 0, 300.0), (1, 0, 7.7)), name="odd")
-    rate = throughput._share_rate(topo, (0, 1, 2), "out")
+    rate = throughput.share_rate(topo, (0, 1, 2), "out")
     exact = brute_force_rate(topo, (0, 1, 2), "out")
     assert rate.exact is False or rate.GBps == exact
     assert exact <= rate.GBps <= exact * (1 + Fraction(1, 10**9))
@@ -277,16 +278,16 @@ def test_every_cut_quantity_equals_brute_force_over_all_node_sets(problem):
     topo, ranks = problem
     root = ranks[-1]
     for direction in ("out", "in"):
-        assert throughput._share_rate(topo, ranks, direction) == throughput.Rate(
+        assert throughput.share_rate(topo, ranks, direction) == throughput.Rate(
             brute_force_rate(topo, ranks, direction), True
         )
-        assert throughput._share_rate(topo, ranks, direction, sink=root).GBps == (
+        assert throughput.share_rate(topo, ranks, direction, sink=root).GBps == (
             brute_force_rate(topo, ranks, direction, sink=root)
         )
-        assert throughput._min_cut(topo, ranks, root, direction).GBps == (
+        assert throughput.min_cut(topo, ranks, root, direction).GBps == (
             brute_force_cut(topo, ranks, root, direction)
         )
-    assert throughput._min_cut(topo, ranks, None, "out").GBps == (
+    assert throughput.min_cut(topo, ranks, None, "out").GBps == (
         brute_force_cut(topo, ranks, None, "out")
     )
     # And the times: All-Gather is the worst cut's share over its bandwidth.
@@ -305,7 +306,7 @@ def test_bandwidths_that_do_not_fit_64_bits_give_a_valid_bound_within_1e9(topo):
     # of 2**-k GB/s, with k as large as fits (here about 2**-50 GB/s).
     ranks = tuple(topo.npus)
     for direction in ("out", "in"):
-        rate = throughput._share_rate(topo, ranks, direction)
+        rate = throughput.share_rate(topo, ranks, direction)
         exact = brute_force_rate(topo, ranks, direction)
         assert exact <= rate.GBps <= exact * (1 + Fraction(1, 10**9))
         assert rate.GBps == exact or not rate.exact
@@ -336,3 +337,44 @@ def test_the_bound_is_at_least_the_ingress_bound(topo, kind, chunks):
         assert found.throughput_us == 0.0
     else:
         assert found.throughput_us >= found.ingress_us * (1 - 1e-12)
+
+
+# ------------------------------------------------------------- an independent oracle
+def networkx_share_rate_GBps(topo: Topology, direction: str) -> float:
+    """x* by Dinkelbach over networkx min cuts: independent of tacos.throughput's flows.
+
+    With a source feeding every rank at rate x, min over ranks c of the s-c min cut minus
+    N x is min over S of B(S) - x |S & V|; a negative value names a cut with a smaller
+    ratio. Floats are fine at these sizes (compared with a tolerance).
+    """
+    ranks = list(topo.npus)
+    rows = [(lk.src, lk.dst, lk.bandwidth_GBps) for lk in topo.links]
+    if direction == "in":
+        rows = [(v, u, bw) for u, v, bw in rows]
+    graph = nx.DiGraph()
+    for u, v, bw in rows:
+        previous = graph.get_edge_data(u, v, {"capacity": 0.0})["capacity"]
+        graph.add_edge(u, v, capacity=previous + bw)
+    rate = min(sum(bw for _, v, bw in rows if v == c) for c in ranks)  # every rank but one
+    while True:
+        for rank in ranks:
+            graph.add_edge("s", rank, capacity=rate)
+        value, (inside, _) = min(
+            (nx.minimum_cut(graph, "s", c) for c in ranks), key=lambda cut: cut[0]
+        )
+        if value - len(ranks) * rate > -1e-9 * rate * len(ranks):
+            return rate
+        inside = set(inside) - {"s"}
+        leaving = sum(bw for u, v, bw in rows if u in inside and v not in inside)
+        rate = leaving / len(inside & set(ranks))
+
+
+@pytest.mark.parametrize("spec_text", [
+    "dgx:2x4", "dgx:3x2,nodes-per-leaf=2,oversubscription=2", "xgmi:2x4,nic=10",
+    "fat-tree:4", "torus2d:3x4",
+])  # fmt: skip
+def test_it_agrees_with_networkx_min_cuts_on_cluster_sized_networks(spec_text):
+    topo = tacos.from_spec(spec_text)
+    for direction in ("out", "in"):
+        ours = float(throughput.share_rate(topo, tuple(topo.npus), direction).GBps)
+        assert ours == pytest.approx(networkx_share_rate_GBps(topo, direction), rel=1e-9)
