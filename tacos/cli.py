@@ -36,6 +36,7 @@ from tacos.simulate import simulate
 from tacos.stream import stream_all_gather
 from tacos.sweep import load_spec, plan_sweep, run_sweep
 from tacos.synthesizer import (
+    ALGORITHM_CHOICES,
     CHUNK_POLICIES,
     ENGINES,
     ProgressCallback,
@@ -47,6 +48,7 @@ from tacos.verify import verify
 
 DEFAULT_TOPOLOGY = "ring:8"
 DEFAULT_COLLECTIVE = "all-reduce"
+DEFAULT_ALGORITHM = "best"
 EXIT_INPUT_ERROR = 2
 
 
@@ -305,6 +307,14 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
             default=1,
             help="synthesize seeds SEED..SEED+K-1 in parallel and keep the fastest (default 1)",
         )
+        parser.add_argument(
+            "--algorithm",
+            choices=ALGORITHM_CHOICES,
+            default=DEFAULT_ALGORITHM,
+            help="tacos (the greedy synthesizer), a classic algorithm (ring, hierarchical-ring, "
+            "tree = double binary tree, direct, halving-doubling), or best (default): the "
+            "fastest of TACOS and every classic algorithm that applies",
+        )
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -349,6 +359,7 @@ def _synthesize_from_args(args: argparse.Namespace) -> tuple[list[Schedule], flo
             progress=progress,
             engine=args.engine,
             tries=args.tries,
+            algorithm=args.algorithm,
         )
     return schedules, time.perf_counter() - started
 
@@ -422,6 +433,10 @@ def _stream_synthesis(args: argparse.Namespace) -> int:
             "--stream writes the fast engine's All-Gather as it is made; drop -o/--output, "
             "--tries, --one-port and --engine reference"
         )
+    if args.algorithm not in ("tacos", "best"):
+        raise TacosError(
+            f"--stream writes TACOS's All-Gather as it is made; drop --algorithm {args.algorithm}"
+        )
     topology, collectives = _problem(args)
     if len(collectives) != 1:
         raise TacosError("--stream takes one collective over every NPU; drop --groups")
@@ -462,6 +477,14 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         max(s.collective_time_us for s in schedules),
         seconds,
     )
+    meta = schedules[0].meta
+    data["algorithm"] = meta.get("algorithm", "tacos")
+    if "variant" in meta:
+        data["variant"] = meta["variant"]
+    if "candidates_us" in meta:
+        data["candidates_us"] = meta["candidates_us"]
+    if data["algorithm"] != "tacos" or "candidates_us" in meta:
+        text += f"; {_winner(meta)}"
     data["output"] = str(args.output) if args.output else None
     if args.output:
         text += f"; wrote {args.output}"
@@ -474,6 +497,19 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         )
     _emit(args, data, text)
     return 0
+
+
+def _winner(meta: dict[str, Any]) -> str:
+    """``best of 3 built: ring (bidirectional), TACOS 180.281 us`` or ``algorithm ring (...)``."""
+    name = meta.get("algorithm", "tacos")
+    if meta.get("variant") not in (None, name):
+        name += f" ({meta['variant']})"
+    built = meta.get("candidates_us")
+    if built is None:
+        return f"algorithm {name}"
+    tacos_us = built.get("tacos")
+    versus = f", TACOS {tacos_us:.6g} us" if name != "tacos" and tacos_us is not None else ""
+    return f"best of {len(built)} built: {name}{versus}"
 
 
 def _tenant_table(schedules: list[Schedule], args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -16,6 +16,16 @@ NPUs). ``engine="auto"`` takes the fast one for problems above
 :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
 compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
 processes) and keeps the fastest schedule, the lowest seed on ties.
+
+``algorithm`` picks what is built: ``"tacos"`` (the default of this function),
+one of the classic algorithms of :mod:`tacos.classic` (``"ring"``,
+``"hierarchical-ring"``, ``"tree"``, ``"direct"``, ``"halving-doubling"``), or
+``"best"`` (the default of the command line): TACOS and every classic
+algorithm that applies and could beat it, keeping the fastest (TACOS on ties).
+A best schedule's ``meta`` names the winner (``algorithm``) and the time of
+every candidate built (``candidates_us``) or why one was not
+(``candidates_skipped``). Tenants share one timeline that only TACOS
+synthesizes, so ``best`` with several tenants is TACOS (and says so in ``meta``).
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from dataclasses import replace
 from multiprocessing import get_context
 from typing import Any, Literal
 
+from tacos.classic import ALGORITHMS as CLASSIC_ALGORITHMS
+from tacos.classic import MAX_TRANSFERS, NEXT_TO_FAST_ENGINE, classic_schedule, compete
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule, Transfer
@@ -44,6 +56,8 @@ Engine = Literal["auto", "reference", "fast"]
 ENGINES: tuple[Engine, ...] = ("auto", "reference", "fast")
 AUTO_FAST_ABOVE = 64
 """``engine="auto"`` uses the fast engine above this many NPUs or chunks."""
+ALGORITHM_CHOICES = ("tacos", *CLASSIC_ALGORITHMS, "best")
+"""What ``algorithm=`` accepts: TACOS, a classic algorithm, or the fastest of them all."""
 
 
 def synthesize(
@@ -56,6 +70,7 @@ def synthesize(
     progress: ProgressCallback | None = None,
     engine: Engine = "auto",
     tries: int = 1,
+    algorithm: str = "tacos",
 ) -> Schedule:
     """Run TACOS greedy link-chunk matching for ``collective`` on ``topology``.
 
@@ -64,9 +79,12 @@ def synthesize(
     ``sends_in_flight=1`` makes every NPU send one message at a time (a
     one-port NPU, like ASTRA-sim's standalone workload route); the schedule
     records it and replays with it. ``tries`` > 1 keeps the best of that many
-    seeds (see the module docs). Raises :class:`~tacos.errors.TacosError` when
-    a rank is not an NPU of the topology or the ranks cannot all reach each
-    other, or when ``engine="fast"`` is asked for a problem it does not cover.
+    seeds (see the module docs). ``algorithm`` builds a classic algorithm
+    instead, or ``"best"`` the fastest of TACOS and the classic ones (see the
+    module docs). Raises :class:`~tacos.errors.TacosError` when a rank is not an
+    NPU of the topology or the ranks cannot all reach each other, when
+    ``engine="fast"`` is asked for a problem it does not cover, or when a
+    classic algorithm asked for does not apply.
     """
     (schedule,) = synthesize_tenants(
         topology,
@@ -77,6 +95,7 @@ def synthesize(
         progress=progress,
         engine=engine,
         tries=tries,
+        algorithm=algorithm,
     )
     return schedule
 
@@ -91,13 +110,85 @@ def synthesize_tenants(
     progress: ProgressCallback | None = None,
     engine: Engine = "auto",
     tries: int = 1,
+    algorithm: str = "tacos",
 ) -> list[Schedule]:
     """Synthesize several collectives of one kind on disjoint ranks, sharing the links.
 
     Returns one Schedule per collective; their times come from the joint
     timeline, so each shows what its tenant gets while the others run too.
-    ``tacos.simulate_together`` replays them jointly.
+    ``tacos.simulate_together`` replays them jointly. A classic ``algorithm``
+    takes one collective; ``"best"`` with several is TACOS.
     """
+    if algorithm not in ALGORITHM_CHOICES:
+        raise TacosError(
+            f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHM_CHOICES)}"
+        )
+    if algorithm in CLASSIC_ALGORITHMS:
+        return [_classic(topology, collectives, algorithm, sends_in_flight)]
+    schedules = _synthesize_tacos(
+        topology, collectives, seed, policy, sends_in_flight, progress, engine, tries
+    )
+    if algorithm == "best":
+        _take_the_best(schedules, sends_in_flight)
+    return schedules
+
+
+def _classic(
+    topology: Topology,
+    collectives: Sequence[Collective],
+    algorithm: str,
+    sends_in_flight: int | None,
+) -> Schedule:
+    if len(collectives) != 1:
+        raise TacosError(
+            f"{algorithm} builds one collective; tenants sharing the network (--groups) "
+            "need --algorithm tacos or best"
+        )
+    if sends_in_flight is not None and sends_in_flight < 1:
+        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
+    return classic_schedule(topology, collectives[0], algorithm, sends_in_flight=sends_in_flight)
+
+
+def _take_the_best(schedules: list[Schedule], sends_in_flight: int | None) -> None:
+    """Replace a lone TACOS schedule by a faster classic one; record every candidate."""
+    tacos_us = max(s.collective_time_us for s in schedules)
+    if len(schedules) > 1:
+        for schedule in schedules:
+            schedule.meta.update(
+                algorithm="tacos",
+                candidates_us={"tacos": schedule.collective_time_us},
+                candidates_skipped={"classic": "tenants share one timeline: TACOS only"},
+            )
+        return
+    (tacos_schedule,) = schedules
+    fast = tacos_schedule.meta.get("engine") == "fast"
+    outcome = compete(
+        tacos_schedule.topology,
+        tacos_schedule.collective,
+        tacos_us,
+        sends_in_flight=sends_in_flight,
+        max_transfers=NEXT_TO_FAST_ENGINE if fast else MAX_TRANSFERS,
+    )
+    winner = outcome.best if outcome.best is not None else tacos_schedule
+    winner.meta.update(
+        algorithm=winner.meta.get("algorithm", "tacos"),
+        candidates_us={"tacos": tacos_us, **outcome.times_us},
+        candidates_skipped=outcome.skipped,
+    )
+    schedules[0] = winner
+
+
+def _synthesize_tacos(
+    topology: Topology,
+    collectives: Sequence[Collective],
+    seed: int,
+    policy: ChunkPolicy,
+    sends_in_flight: int | None,
+    progress: ProgressCallback | None,
+    engine: Engine,
+    tries: int,
+) -> list[Schedule]:
+    """The TACOS greedy for every tenant (the body of :func:`synthesize_tenants`)."""
     if policy not in CHUNK_POLICIES:
         raise TacosError(f"unknown chunk policy {policy!r}: use one of {', '.join(CHUNK_POLICIES)}")
     if sends_in_flight is not None and sends_in_flight < 1:
@@ -222,6 +313,7 @@ def _one_try(job: tuple[Topology, tuple[Collective, ...], int, Engine, dict[str,
 
 
 __all__ = [
+    "ALGORITHM_CHOICES",
     "AUTO_FAST_ABOVE",
     "CHUNK_POLICIES",
     "ENGINES",
