@@ -29,6 +29,7 @@ from tacos.importers import (
     schedule_format_of,
 )
 from tacos.importers import msccl as msccl_xml
+from tacos.importers.base import TopologyImport
 from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
@@ -43,7 +44,14 @@ from tacos.synthesizer import (
     synthesize,
     synthesize_tenants,
 )
-from tacos.topology import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US, Topology, load_topology
+from tacos.topology import (
+    DEFAULT_BANDWIDTH_GBPS,
+    DEFAULT_LATENCY_US,
+    Topology,
+    from_spec,
+    is_spec,
+    load_topology,
+)
 from tacos.verify import verify
 
 DEFAULT_TOPOLOGY = "ring:8"
@@ -99,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "file",
         type=Path,
-        help="ASTRA-sim network .yml, ns-3 topology .txt, htsim .topo, or Chakra ET "
-        "PREFIX (or one of its PREFIX.<rank>.et files)",
+        help="ASTRA-sim network .yml, ns-3 topology .txt, htsim .topo, a topology spec "
+        "(dgx:4x8, fat-tree:8, ...), or Chakra ET PREFIX (or one of its PREFIX.<rank>.et files)",
     )
     _add_import_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -677,9 +685,13 @@ def _import_schedule(import_format: str, source: Path, args: argparse.Namespace)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    if reads_topology(args.file):
+    generated = not args.file.exists() and is_spec(str(args.file))
+    if reads_topology(args.file) or generated:
         _refuse_import_arguments(args, "to topology files")
-        imported = import_topology(args.file)
+        if generated:
+            imported = TopologyImport(from_spec(str(args.file)), "generated from its spec")
+        else:
+            imported = import_topology(args.file)
         _emit(args, {"file": str(args.file), **imported.summary()}, imported.describe())
         return 0
     import_format = schedule_format_of(args.file)

@@ -367,6 +367,11 @@ SPEC_KINDS = (
 )  # fmt: skip
 
 
+def is_spec(text: str) -> bool:
+    """Whether ``text`` has the shape of a spec (``kind:sizes[,options]``), valid or not."""
+    return _SPEC.match(text.strip().lower()) is not None
+
+
 def from_spec(
     spec: str,
     *,

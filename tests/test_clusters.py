@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import networkx as nx
 import pytest
 
@@ -109,3 +111,36 @@ def test_bad_cluster_specs_are_one_line_errors(spec, message):
     with pytest.raises(TacosError, match=message) as caught:
         from_spec(spec)
     assert "\n" not in str(caught.value)
+
+
+def test_import_and_bounds_describe_a_cluster_spec(capsys):
+    from tacos.cli import main
+
+    assert main(["import", "dgx:2x8,nic=25", "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert (described["npus"], described["switches"], described["links"]) == (16, 30, 160)
+    tiers = {(c["bandwidth_GBps"], c["links"]) for c in described["link_classes"]}
+    assert tiers == {(400.0, 32), (64.0, 32), (25.0, 32), (12.5, 64)}
+    assert main(["bounds", "--topology", "dgx:2x8,nic=25", "--collective", "all-gather",
+                 "--json"]) == 0  # fmt: skip
+    bounds = json.loads(capsys.readouterr().out)
+    # one server's 8 GPUs need the other's 8 MiB each through 8 NICs of 25 GB/s
+    assert bounds["throughput_us"] == pytest.approx(8 * 2**20 / (8 * 25 * 2**30) * 1e6)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bounds", "--topology", "dgx:0x8"], "at least 1 server"),
+    (["bounds", "--topology", "dgx:2x8,rails=3"], "rails=3 must divide"),
+    (["import", "xgmi:2x8,pcie=-1"], "finite number >= 0"),
+    (["bounds", "--topology", "split.csv"], "disconnected"),
+])  # fmt: skip
+def test_bad_cluster_input_is_one_line_exit_2(capsys, tmp_path, monkeypatch, argv, message):
+    from tacos.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "split.csv").write_text(
+        "src,dst,bandwidth_GBps,latency_us\n0,1,50,1\n1,0,50,1\n2,3,50,1\n3,2,50,1\n"
+    )
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
