@@ -170,13 +170,7 @@ def _check_ranks(topology: Topology, ranks: tuple[int, ...]) -> None:
     """Every rank an NPU, every rank reaching every other (once per topology and ranks)."""
     if _cache_get(topology, ("connected", ranks)) is not None:
         return
-    for rank in ranks:
-        if not 0 <= rank < topology.num_npus:
-            raise TacosError(
-                f"rank {rank} is not an NPU of {topology.describe()}; "
-                f"ranks must be in 0..{topology.num_npus - 1}"
-            )
-    topology.check_connected(ranks)
+    topology.check_ranks(ranks)
     _cache_put(topology, ("connected", ranks), True)
 
 

@@ -135,6 +135,16 @@ class Topology:
         return f"{self.name or 'topology'} ({kinds}, {len(self.links)} directed links)"
 
     # ---------------------------------------------------------- validation
+    def check_ranks(self, ranks: Sequence[int]) -> None:
+        """Raise unless every rank is an NPU and every rank reaches every other."""
+        for rank in ranks:
+            if not 0 <= rank < self.num_npus:
+                raise TacosError(
+                    f"rank {rank} is not an NPU of {self.describe()}; "
+                    f"ranks must be in 0..{self.num_npus - 1}"
+                )
+        self.check_connected(ranks)
+
     def check_connected(self, ranks: Sequence[int] | None = None) -> None:
         """Raise unless every rank can reach every other rank (switches may relay).
 

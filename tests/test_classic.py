@@ -10,6 +10,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from random_networks import random_topologies
 
 import tacos
 from tacos.classic import ALGORITHMS, NotApplicable, classic_schedule, compete
@@ -106,24 +107,11 @@ def test_a_subset_of_ranks_relays_through_npus_that_take_no_part():
             assert_sound(classic_schedule(topo, spec, algorithm, variant=variant))
 
 
-bandwidths = st.sampled_from([12.5, 25.0, 50.0, 100.0, 300.0])
-latencies = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])
-
-
 @st.composite
 def problems(draw):
     """A random strongly connected graph, sometimes with switches, and a collective on it."""
-    n = draw(st.integers(2, 7))
-    order = draw(st.permutations(range(n)))
-    pairs = {(order[i], order[(i + 1) % n]) for i in range(n)}
-    extra = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n))
-    pairs |= {(u, v) for u, v in extra if u != v}
-    links = [Link(u, v, draw(bandwidths), draw(latencies)) for u, v in sorted(pairs)]
-    switches = draw(st.integers(0, 1))
-    if switches:
-        for u in draw(st.sets(st.integers(0, n - 1), min_size=1)):
-            links += [Link(u, n, draw(bandwidths), 0.5), Link(n, u, draw(bandwidths), 0.5)]
-    topo = Topology(n, tuple(links), switches, name="random")
+    topo = draw(random_topologies(extra_links_per_npu=2, switch=True))
+    n = topo.num_npus
     kind = draw(st.sampled_from(list(CollectiveKind)))
     ranks = tuple(sorted(draw(st.sets(st.integers(0, n - 1), min_size=2))))
     spec = Collective(kind, ranks, draw(st.integers(1, 3)), draw(st.sampled_from([1, 4096, MIB])))

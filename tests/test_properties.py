@@ -6,25 +6,10 @@ same time, and no schedule beats the lower bound.
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from random_networks import random_topologies
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
-from tacos.topology import Link, Topology
-
-bandwidths = st.sampled_from([12.5, 25.0, 50.0, 100.0, 300.0])
-latencies = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])
-
-
-@st.composite
-def random_topologies(draw):
-    """A directed cycle through a random permutation (strong connectivity) plus random links."""
-    n = draw(st.integers(2, 7))
-    order = draw(st.permutations(range(n)))
-    pairs = {(order[i], order[(i + 1) % n]) for i in range(n)}
-    extra = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
-    pairs |= {(u, v) for u, v in extra if u != v}
-    links = tuple(Link(u, v, draw(bandwidths), draw(latencies)) for u, v in sorted(pairs))
-    return Topology(n, links, name="random")
 
 
 @st.composite

@@ -71,7 +71,7 @@ def classic_schedule(
     with a one-line reason when the algorithm does not apply (e.g.
     halving-doubling with 6 ranks).
     """
-    _check_ranks(topology, collective)
+    topology.check_ranks(collective.ranks)
     nets = Nets(topology, collective.chunk_bytes)
     options = every = recipes(nets.forward, collective, algorithm)
     if variant is not None:
@@ -117,7 +117,7 @@ def compete(
     ``best`` is the fastest built schedule that is strictly faster than the
     incumbent, else None.
     """
-    _check_ranks(topology, collective)
+    topology.check_ranks(collective.ranks)
     outcome = Outcome()
     bound = lower_bounds(topology, collective).best_us
     if incumbent_us <= bound * (1 + 1e-9):
@@ -209,16 +209,6 @@ def _least_transfers(topology: Topology, collective: Collective) -> int:
         messages = chunks * (ranks - 1) * (2 if kind is CollectiveKind.ALL_REDUCE else 1)
     direct = any(not topology.is_switch(link.dst) for link in topology.links)
     return messages if direct else 2 * messages
-
-
-def _check_ranks(topology: Topology, collective: Collective) -> None:
-    for rank in collective.ranks:
-        if not 0 <= rank < topology.num_npus:
-            raise TacosError(
-                f"rank {rank} is not an NPU of {topology.describe()}; "
-                f"ranks must be in 0..{topology.num_npus - 1}"
-            )
-    topology.check_connected(collective.ranks)
 
 
 __all__ = [

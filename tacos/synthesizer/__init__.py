@@ -197,13 +197,7 @@ def _synthesize_tacos(
         raise TacosError(f"tries must be at least 1, got {tries}")
     tenants = Tenants(tuple(collectives))
     for spec in tenants.specs:
-        for rank in spec.ranks:
-            if not 0 <= rank < topology.num_npus:
-                raise TacosError(
-                    f"rank {rank} is not an NPU of {topology.describe()}; "
-                    f"ranks must be in 0..{topology.num_npus - 1}"
-                )
-        topology.check_connected(spec.ranks)
+        topology.check_ranks(spec.ranks)
     chosen = _choose_engine(engine, topology, tenants, sends_in_flight)
     total = _deliveries(topology, tenants) if progress is not None else 0
     options: dict[str, Any] = {"policy": policy, "sends_in_flight": sends_in_flight}

@@ -1,0 +1,31 @@
+"""Hypothesis strategies shared by the property tests: random networks people did not design.
+
+``random_topologies`` draws a strongly connected, heterogeneous, asymmetric graph:
+a directed cycle through a random permutation of the NPUs (so every NPU reaches
+every other) plus random extra links, each with its own bandwidth and latency;
+with ``switch=True``, sometimes one switch cabled to a random set of NPUs.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tacos.topology import Link, Topology
+
+bandwidths = st.sampled_from([12.5, 25.0, 50.0, 100.0, 300.0])
+latencies = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])
+
+
+@st.composite
+def random_topologies(draw, *, extra_links_per_npu: int = 3, switch: bool = False):
+    n = draw(st.integers(2, 7))
+    order = draw(st.permutations(range(n)))
+    pairs = {(order[i], order[(i + 1) % n]) for i in range(n)}
+    extra = st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))
+    pairs |= {(u, v) for u, v in draw(st.lists(extra, max_size=extra_links_per_npu * n)) if u != v}
+    links = [Link(u, v, draw(bandwidths), draw(latencies)) for u, v in sorted(pairs)]
+    switches = draw(st.integers(0, 1)) if switch else 0
+    if switches:
+        for u in draw(st.sets(st.integers(0, n - 1), min_size=1)):
+            links += [Link(u, n, draw(bandwidths), 0.5), Link(n, u, draw(bandwidths), 0.5)]
+    return Topology(n, tuple(links), switches, name="random")
