@@ -295,6 +295,16 @@ class _Lineage:
             raise TacosError(
                 f"{self.graph.where(key)}: {CHUNK_ATTRIBUTE} {value!r} is not a chunk id"
             )
+        ranks = self.graph.et_set.num_ranks
+        # A correct collective moves nearly every chunk at least once (All-to-All leaves
+        # its ranks' own blocks), so ids far beyond the messages sent name no real chunk.
+        limit = 2 * len(self.graph.messages) + ranks * ranks + ranks
+        if value >= limit:
+            raise TacosError(
+                f"{self.graph.where(key)}: {CHUNK_ATTRIBUTE} {value} is far beyond the "
+                f"{len(self.graph.messages)} messages these traces send (chunk ids are below "
+                f"{limit}); the attribute must number the collective's chunks"
+            )
         return value
 
     def _explicit_chunk(self, index: int) -> int:

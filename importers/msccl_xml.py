@@ -26,6 +26,7 @@ from lxml import etree
 
 from tacos.collective import CollectiveKind
 from tacos.errors import TacosError
+from tacos.limits import MAX_BUFFER_CHUNKS, MAX_NODES
 
 K = CollectiveKind
 
@@ -363,8 +364,8 @@ class _Reader:
             name=root.get("name"),
             proto=self.text(root, "proto"),
             nchannels=self.integer(root, "nchannels"),
-            nchunksperloop=self.integer(root, "nchunksperloop"),
-            ngpus=self.integer(root, "ngpus"),
+            nchunksperloop=self.count(root, "nchunksperloop", MAX_BUFFER_CHUNKS),
+            ngpus=self.count(root, "ngpus", MAX_NODES),
             coll=self.text(root, "coll"),
             inplace=self.integer(root, "inplace"),
             outofplace=self.optional_integer(root, "outofplace"),
@@ -378,9 +379,9 @@ class _Reader:
     def gpu(self, node: Any) -> Gpu:
         return Gpu(
             self.integer(node, "id"),
-            self.integer(node, "i_chunks"),
-            self.integer(node, "o_chunks"),
-            self.integer(node, "s_chunks"),
+            self.count(node, "i_chunks", MAX_BUFFER_CHUNKS),
+            self.count(node, "o_chunks", MAX_BUFFER_CHUNKS),
+            self.count(node, "s_chunks", MAX_BUFFER_CHUNKS),
             tuple(self.threadblock(tb) for tb in self.children(node, "tb")),
             node.sourceline,
         )
@@ -437,6 +438,16 @@ class _Reader:
 
     def optional_integer(self, node: Any, name: str) -> int | None:
         return None if node.get(name) is None else self.integer(node, name)
+
+    def count(self, node: Any, name: str, limit: int) -> int:
+        """An integer that sizes something the checker allocates: refused above ``limit``."""
+        value = self.integer(node, name)
+        if value > limit:
+            raise TacosError(
+                f"{self.where}:{node.sourceline}: {name}={value} on <{node.tag}> is more than "
+                f"tacos can check ({limit}); the runtimes run far smaller programs"
+            )
+        return value
 
     def integer(self, node: Any, name: str) -> int:
         text = self.text(node, name)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from tacos.errors import TacosError
+from tacos.limits import MAX_CHUNK_DELIVERIES
 
 Placement = tuple[int, int, int]
 """(node, chunk, contributions bit set over rank positions)."""
@@ -104,6 +105,14 @@ class Collective:
             raise TacosError(f"chunks per NPU must be >= 1, got {self.chunks_per_rank}")
         if self.chunk_bytes < 1:
             raise TacosError(f"chunk size must be >= 1 byte, got {self.chunk_bytes}")
+        deliveries = self.num_ranks * self.num_chunks
+        if deliveries > MAX_CHUNK_DELIVERIES:
+            raise TacosError(
+                f"{self.chunks_per_rank} chunks per NPU on {self.num_ranks} ranks make "
+                f"{deliveries} chunk deliveries, more than one machine can synthesize "
+                f"({MAX_CHUNK_DELIVERIES}); use fewer, larger chunks "
+                "(--chunks-per-npu, --chunk-size)"
+            )
         if self.kind.rooted:
             if self.root is None:
                 object.__setattr__(self, "root", self.ranks[0])

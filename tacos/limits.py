@@ -15,6 +15,15 @@ MAX_NODES = 2_000_000
 MAX_LINKS = 20_000_000
 """Directed links (a Link object and its indices take about 200 bytes: 4 GB at this limit)."""
 
+MAX_CHUNK_DELIVERIES = 4_000_000_000
+"""Ranks times chunks: the synthesizer's holdings are a bit per (node, chunk), so this is
+0.5 GB of state (a 40,000-NPU All-Gather needs 1.6e9)."""
+
+MAX_BUFFER_CHUNKS = 1 << 24
+"""Chunks of one buffer of an imported program (MSCCL XML): its checker keeps a slot each."""
+MAX_TRIES = 1_000
+"""Seeds one run may try: each is a whole synthesis."""
+
 
 def check_count(value: int, limit: int, what: str, where: str) -> None:
     """Refuse ``value`` above ``limit`` with a message naming ``where`` it came from."""

@@ -6,11 +6,13 @@ refused in well under a second (the guard below is generous, for slow CI machine
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
-from tacos.cli import main
+from tacos.chakra_io import read_et, write_et
+from tacos.cli import export_main, main
 
 BILLION_LAUGHS = (
     "".join(
@@ -102,3 +104,62 @@ def test_id_lists_are_checked_before_they_are_expanded(capsys, option, value, me
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert time.perf_counter() - started < 5.0
+
+
+def assert_one_line_fast(code: int, err: str, message: str, started: float) -> None:
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert time.perf_counter() - started < 5.0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["synthesize", "--topology", "ring:8", "--chunks-per-npu", "1000000000"], "chunk deliveries"),
+    (["synthesize", "--topology", "ring:8", "--tries", "100000"], "--tries 100000"),
+])  # fmt: skip
+def test_options_that_size_the_work_are_checked_first(capsys, argv, message):
+    started = time.perf_counter()
+    code = main(argv)
+    assert_one_line_fast(code, capsys.readouterr().err, message, started)
+
+
+def test_a_schedule_file_announcing_a_billion_chunks_per_rank_is_refused(capsys, tmp_path):
+    schedule = tmp_path / "s.json"
+    assert main(["synthesize", "--topology", "ring:4", "-o", str(schedule)]) == 0
+    capsys.readouterr()
+    text = schedule.read_text()
+    schedule.write_text(text.replace('"chunks_per_rank":1', '"chunks_per_rank":1000000000', 1))
+    started = time.perf_counter()
+    code = main(["verify", str(schedule)])
+    assert_one_line_fast(code, capsys.readouterr().err, "chunk deliveries", started)
+
+
+def test_msccl_buffer_sizes_are_checked_before_the_buffers_exist(capsys, tmp_path):
+    xml = tmp_path / "big.xml"
+    assert export_main(["--format", "msccl", "--topology", "ring:4", "--collective",
+                        "all-gather", "-o", str(xml)]) == 0  # fmt: skip
+    capsys.readouterr()
+    text = re.sub(r'o_chunks="\d+"', 'o_chunks="80000000000"', xml.read_text())
+    xml.write_text(re.sub(r'nchunksperloop="\d+"', 'nchunksperloop="80000000000"', text))
+    for argv in (["verify", "--format", "msccl", str(xml)], ["import", str(xml)]):
+        started = time.perf_counter()
+        code = main(argv)
+        assert_one_line_fast(code, capsys.readouterr().err, "80000000000", started)
+
+
+def test_a_chakra_chunk_id_beyond_any_message_is_refused(capsys, tmp_path):
+    bundle = tmp_path / "b"
+    assert export_main(["--format", "chakra", "--topology", "ring:4", "--collective",
+                        "all-gather", "-o", str(bundle)]) == 0  # fmt: skip
+    capsys.readouterr()
+    for rank in range(4):
+        path = bundle / "et" / f"tacos.{rank}.et"
+        meta, nodes = read_et(path)
+        for node in nodes:
+            for attribute in node.attr:
+                if attribute.name == "tacos_chunk" and attribute.int64_val == 0:
+                    attribute.int64_val = 10**7
+        write_et(path, meta, nodes)
+    started = time.perf_counter()
+    code = main(["verify", "--format", "chakra", str(bundle / "et" / "tacos")])
+    assert_one_line_fast(code, capsys.readouterr().err, "tacos_chunk 10000000 is far beyond",
+                         started)  # fmt: skip

@@ -42,6 +42,7 @@ from tacos.classic import ALGORITHMS as CLASSIC_ALGORITHMS
 from tacos.classic import MAX_TRANSFERS, NEXT_TO_FAST_ENGINE, classic_schedule, compete
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
@@ -193,8 +194,8 @@ def _synthesize_tacos(
         raise TacosError(f"unknown chunk policy {policy!r}: use one of {', '.join(CHUNK_POLICIES)}")
     if sends_in_flight is not None and sends_in_flight < 1:
         raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
-    if tries < 1:
-        raise TacosError(f"tries must be at least 1, got {tries}")
+    if not 1 <= tries <= MAX_TRIES:
+        raise TacosError(f"--tries {tries}: use 1..{MAX_TRIES} (each try is a whole synthesis)")
     tenants = Tenants(tuple(collectives))
     for spec in tenants.specs:
         topology.check_ranks(spec.ranks)
