@@ -108,6 +108,12 @@ def load_et_set(prefix: str | Path) -> EtSet:
     )
     if not ranks:
         raise TacosError(f"{prefix}: no files {prefix.name}.<rank>.et in {folder}")
+    twice = next((rank for rank, count in Counter(ranks).items() if count > 1), None)
+    if twice is not None:
+        raise TacosError(
+            f"{prefix}: several files name rank {twice} (e.g. {prefix.name}.{twice}.et and "
+            f"{prefix.name}.0{twice}.et); keep one file per rank"
+        )
     if ranks != list(range(len(ranks))):
         missing = sorted(set(range(ranks[-1] + 1)) - set(ranks))
         raise TacosError(f"{prefix}: rank files must be contiguous from 0; {missing[0]} is missing")

@@ -130,6 +130,11 @@ def check(
         raise TacosError(
             f"unknown MSCCL runtime {runtime_name!r}: use one of {', '.join(RUNTIMES)}"
         )
+    if root is not None and not 0 <= root < algorithm.ngpus:
+        raise TacosError(
+            f"{algorithm.source}: --root {root} is not a GPU of this {algorithm.ngpus}-GPU "
+            f"algorithm; use 0..{algorithm.ngpus - 1}"
+        )
     report = CheckReport(algorithm.source, runtime_name, algorithm.coll, algorithm.ngpus)
     for message in algorithm.format_errors:
         report.fail(message)

@@ -20,6 +20,10 @@ def parse_json(text: str, source: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise TacosError(f"{source}: line {err.lineno} column {err.colno}: {err.msg}") from None
+    except RecursionError:
+        raise TacosError(
+            f"{source}: nested too deeply to read (thousands of [ or {{); this is no tacos file"
+        ) from None
 
 
 def load_json(path: str | Path, what: str) -> Any:

@@ -318,9 +318,12 @@ def _compact(value: Any) -> str:
 def _transfers_from_columns(columns: Any, topology: Topology, source: str) -> list[Transfer]:
     if not isinstance(columns, dict) or set(columns) != set(_COLUMNS):
         raise TacosError(f"{source}: needs exactly the columns {', '.join(_COLUMNS)}")
+    for name in _COLUMNS:
+        if not isinstance(columns[name], list):
+            raise TacosError(f"{source}: column {name!r} must be a list, one entry per transfer")
     count = len(columns["chunk"])
     for name in _COLUMNS:
-        if not isinstance(columns[name], list) or len(columns[name]) != count:
+        if len(columns[name]) != count:
             raise TacosError(f"{source}: column {name!r} must be a list of {count} entries")
     transfers = []
     for i in range(count):

@@ -37,7 +37,7 @@ import networkx as nx
 from tacos import clusters
 from tacos.errors import TacosError
 from tacos.jsonfile import parse_json
-from tacos.limits import MAX_LINKS, MAX_NODES, check_count
+from tacos.limits import MAX_LINK_TIME_US, MAX_LINKS, MAX_NODES, check_count
 
 GIB = 2**30
 DEFAULT_BANDWIDTH_GBPS = 50.0
@@ -118,8 +118,22 @@ class Topology:
         return _incidence(self.num_nodes, (link.dst for link in self.links))
 
     def link_times_us(self, nbytes: int) -> list[float]:
-        """Per-link busy time for one message of ``nbytes`` (indexed by link id)."""
-        return [link.transfer_time_us(nbytes) for link in self.links]
+        """Per-link busy time for one message of ``nbytes`` (indexed by link id).
+
+        Every time derived from the topology comes through here, so a latency near the
+        largest float or a bandwidth near zero is refused here, before it can turn a
+        schedule's times into infinities that no verifier would accept.
+        """
+        times = [link.transfer_time_us(nbytes) for link in self.links]
+        if times and not max(times) <= MAX_LINK_TIME_US:  # also catches inf and nan
+            index = next(i for i, t in enumerate(times) if not t <= MAX_LINK_TIME_US)
+            link = self.links[index]
+            raise TacosError(
+                f"topology {self.name!r} link {index} ({link.src}->{link.dst}): moving "
+                f"{nbytes} bytes at {link.bandwidth_GBps:g} GB/s after {link.latency_us:g} us "
+                f"takes more than {MAX_LINK_TIME_US:g} us; use realistic values"
+            )
+        return times
 
     def transposed(self) -> Topology:
         """Every link reversed, ids kept: link ``i`` of the result is link ``i`` backwards."""

@@ -6,6 +6,7 @@ refused in well under a second (the guard below is generous, for slow CI machine
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -59,6 +60,11 @@ CASES = [
     ("five.json", '{"npus": 2, "links": 5}', "five.json", "links must be a list"),
     ("typo.json", '{"nmpus": 2, "npus": 2, "links": [[0, 1, 50, 1], [1, 0, 50, 1]]}',
      "typo.json", "unknown field 'nmpus'"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json", "nested too deeply"),
+    ("slow.csv", "src,dst,bandwidth_GBps,latency_us\n0,1,50,1e308\n1,0,50,1e308\n", "slow.csv",
+     "use realistic values"),
+    ("thin.csv", "src,dst,bandwidth_GBps,latency_us\n0,1,1e-320,1\n1,0,50,1\n", "thin.csv",
+     "use realistic values"),
     (None, None, "mesh2d:100000x100000", "10000000000 NPUs"),
     (None, None, "fully-connected:200000", "directed links"),
     (None, None, "ring:" + "9" * 20, "9" * 20 + " NPUs"),
@@ -163,3 +169,35 @@ def test_a_chakra_chunk_id_beyond_any_message_is_refused(capsys, tmp_path):
     code = main(["verify", "--format", "chakra", str(bundle / "et" / "tacos")])
     assert_one_line_fast(code, capsys.readouterr().err, "tacos_chunk 10000000 is far beyond",
                          started)  # fmt: skip
+
+
+def test_two_files_for_one_rank_are_refused(capsys, tmp_path):
+    bundle = tmp_path / "b"
+    assert export_main(["--format", "chakra", "--topology", "ring:4", "-o", str(bundle)]) == 0
+    capsys.readouterr()
+    (bundle / "et" / "tacos.00.et").write_bytes((bundle / "et" / "tacos.0.et").read_bytes())
+    started = time.perf_counter()
+    code = main(["verify", "--format", "chakra", str(bundle / "et" / "tacos")])
+    assert_one_line_fast(code, capsys.readouterr().err, "several files name rank 0", started)
+
+
+def test_a_root_outside_the_msccl_algorithm_is_refused(capsys, tmp_path):
+    xml = tmp_path / "bc.xml"
+    assert export_main(["--format", "msccl", "--topology", "ring:4", "--collective", "broadcast",
+                        "-o", str(xml)]) == 0  # fmt: skip
+    capsys.readouterr()
+    started = time.perf_counter()
+    code = main(["verify", "--format", "msccl", str(xml), "--root", "99"])
+    assert_one_line_fast(code, capsys.readouterr().err, "--root 99 is not a GPU", started)
+
+
+def test_a_schedule_whose_column_is_a_number_is_refused(capsys, tmp_path):
+    schedule = tmp_path / "s.json"
+    assert main(["synthesize", "--topology", "ring:4", "-o", str(schedule)]) == 0
+    capsys.readouterr()
+    data = json.loads(schedule.read_text())
+    data["transfers"]["chunk"] = 5
+    schedule.write_text(json.dumps(data))
+    started = time.perf_counter()
+    code = main(["verify", str(schedule)])
+    assert_one_line_fast(code, capsys.readouterr().err, "s.json", started)
