@@ -23,6 +23,8 @@ MAX_BUFFER_CHUNKS = 1 << 24
 """Chunks of one buffer of an imported program (MSCCL XML): its checker keeps a slot each."""
 MAX_LINK_TIME_US = 1e12
 """One message on one link (11.6 days): sums of billions of them stay far from overflow."""
+MAX_SWEEP_POINTS = 100_000
+"""Grid points one sweep may plan: each is at least one synthesis."""
 MAX_TRIES = 1_000
 """Seeds one run may try: each is a whole synthesis."""
 

@@ -57,6 +57,7 @@ from typing import Any, Literal
 from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
+from tacos.limits import MAX_SWEEP_POINTS
 from tacos.output import write_text_atomic
 from tacos.synthesizer import synthesize
 from tacos.topology import Link, Topology, from_spec, read_csv, read_json
@@ -299,6 +300,12 @@ def parse_spec(data: Any, source: str = "sweep", base_dir: Path | None = None) -
         ]
         _check_lists_fit(values[key], [dims for *_, dims in topologies], f"{source}: {key}")
 
+    combinations = len(topologies) * math.prod(len(values[axis]) for axis in _AXES)
+    if combinations > MAX_SWEEP_POINTS:
+        raise TacosError(
+            f"{source}: the grid has {combinations} combinations, more than one sweep runs "
+            f"({MAX_SWEEP_POINTS}); split it into several sweep files"
+        )
     points: dict[str, SweepPoint] = {}
     skipped = 0
     grid = itertools.product(topologies, *(values[axis] for axis in _AXES))
@@ -628,8 +635,18 @@ def _local_rows(points: Sequence[SweepPoint], workers: int) -> Generator[Row, No
                 "a sweep worker process died (out of memory?); finished points are kept, "
                 "rerun the same command to resume"
             ) from None
+        except BaseException:  # ^C, SIGTERM, an error: stop the workers' points too
+            _terminate_workers()
+            raise
         finally:
             pool.shutdown(cancel_futures=True)
+
+
+def _terminate_workers() -> None:
+    """Kill this process's workers: ``shutdown()`` alone waits for their current points
+    (minutes each), so a stopped sweep would leave them running."""
+    for process in multiprocessing.active_children():
+        process.terminate()
 
 
 def _dask_rows(

@@ -201,3 +201,20 @@ def test_a_schedule_whose_column_is_a_number_is_refused(capsys, tmp_path):
     started = time.perf_counter()
     code = main(["verify", str(schedule)])
     assert_one_line_fast(code, capsys.readouterr().err, "s.json", started)
+
+
+def test_a_small_sweep_file_describing_millions_of_points_is_refused(capsys, tmp_path):
+    grid = tmp_path / "huge.yaml"
+    grid.write_text(
+        "topologies: [" + ", ".join(f"ring:{n}" for n in range(4, 14)) + "]\n"
+        "collectives: [all-gather, reduce-scatter, all-reduce, broadcast, reduce, gather, "
+        "scatter, all-to-all]\n"
+        "chunk_sizes: [" + ", ".join(str(2**i) for i in range(10, 30)) + "]\n"
+        "chunks_per_npu: [" + ", ".join(str(i) for i in range(1, 51)) + "]\n"
+        "seeds: [" + ", ".join(str(i) for i in range(50)) + "]\n"
+    )
+    assert len(grid.read_bytes()) < 2048
+    started = time.perf_counter()
+    code = main(["sweep", str(grid), "-o", str(tmp_path / "out")])
+    assert_one_line_fast(code, capsys.readouterr().err, "4000000 combinations", started)
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ byte for byte as they were.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -227,3 +228,45 @@ def test_sigterm_and_sighup_clean_up_like_ctrl_c(tmp_path, signum):
     assert process.returncode == 128 + signum, err
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid``, from /proc."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines())
+            if int(fields["PPid"]) == pid and not fields["State"].startswith("Z"):
+                found.append(int(status.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return not Path(f"/proc/{pid}/status").read_text().split("State:\t")[1].startswith("Z")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_a_stopped_sweep_leaves_no_worker_running(tmp_path):
+    (tmp_path / "grid.yaml").write_text(
+        "topologies: [mesh2d:40x40]\ncollectives: [all-reduce]\nchunk_sizes: [1MiB]\n"
+        "chunks_per_npu: [4]\nseeds: [0, 1, 2, 3]\n"
+    )
+    process = _tacos("sweep", "grid.yaml", "-o", "out", "-j", "2", "-q", cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    workers: list[int] = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.2)
+        workers = [pid for pid in _children(process.pid) if "spawn_main" in
+                   Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]  # fmt: skip
+    time.sleep(1.0)  # let the workers start their points
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers and not any(_alive(pid) for pid in workers)
