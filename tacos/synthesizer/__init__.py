@@ -162,13 +162,12 @@ def _take_the_best(schedules: list[Schedule], sends_in_flight: int | None) -> No
             )
         return
     (tacos_schedule,) = schedules
-    fast = tacos_schedule.meta.get("engine") == "fast"
     outcome = compete(
         tacos_schedule.topology,
         tacos_schedule.collective,
         tacos_us,
         sends_in_flight=sends_in_flight,
-        max_transfers=NEXT_TO_FAST_ENGINE if fast else MAX_TRANSFERS,
+        max_transfers=_classic_budget(tacos_schedule),
     )
     winner = outcome.best if outcome.best is not None else tacos_schedule
     winner.meta.update(
@@ -177,6 +176,20 @@ def _take_the_best(schedules: list[Schedule], sends_in_flight: int | None) -> No
         candidates_skipped=outcome.skipped,
     )
     schedules[0] = winner
+
+
+def _classic_budget(tacos_schedule: Schedule) -> int:
+    """How many transfers a classic candidate may need before ``best`` skips it.
+
+    The compiled engine makes big schedules far faster than the classic algorithms
+    are built in Python, so next to it the budget is small. The reference engine
+    spends more per transfer than the classic builder does, so next to it candidates
+    of a few times its own transfer count cost less than TACOS took: a switched
+    cluster, where TACOS is slow and the classic algorithms matter most, keeps them.
+    """
+    if tacos_schedule.meta.get("engine") == "fast":
+        return NEXT_TO_FAST_ENGINE
+    return max(MAX_TRANSFERS, 4 * len(tacos_schedule.transfers))
 
 
 def _synthesize_tacos(
