@@ -27,12 +27,12 @@ from typing import Any
 
 import yaml
 
-from tacos.errors import TacosError
+from tacos.errors import TacosError, describe
 from tacos.exporters.astra_config import AnalyticalNetwork
 from tacos.importers.base import TopologyImport, cable
 from tacos.limits import MAX_LINKS, MAX_NODES, check_count
 from tacos.topology import Link, Topology
-from tacos.yamlfile import describe, parse_yaml
+from tacos.yamlfile import parse_yaml
 
 FORMAT_NAME = "ASTRA-sim analytical network"
 KINDS = ("Ring", "FullyConnected", "Switch")

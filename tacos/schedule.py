@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tacos.collective import Collective
-from tacos.errors import TacosError
+from tacos.errors import TacosError, describe
 from tacos.jsonfile import load_json, parse_json
 from tacos.output import write_text_atomic
 from tacos.topology import Topology
@@ -206,7 +206,7 @@ class Schedule:
         version = data.get("version")
         if version != SCHEDULE_VERSION:
             raise TacosError(
-                f"{source}: schedule version {version!r} is not supported "
+                f"{source}: schedule version {describe(version)} is not supported "
                 f"(this tacos reads version {SCHEDULE_VERSION}); re-synthesize or upgrade tacos"
             )
         for key in ("collective", "topology", "transfers"):
@@ -265,7 +265,7 @@ def load_schedules(path: str | Path) -> list[Schedule]:
     if isinstance(data, dict) and data.get("format") == SCHEDULE_SET_FORMAT:
         if data.get("version") != SCHEDULE_VERSION:
             raise TacosError(
-                f"{path}: schedule-set version {data.get('version')!r} is not supported "
+                f"{path}: schedule-set version {describe(data.get('version'))} is not supported "
                 f"(this tacos reads version {SCHEDULE_VERSION}); upgrade tacos"
             )
         items = data.get("schedules")
@@ -332,7 +332,7 @@ def _transfers_from_columns(columns: Any, topology: Topology, source: str) -> li
             op = Op(columns["op"][i])
         except ValueError:
             raise TacosError(
-                f"{where}: op {columns['op'][i]!r} is not 'copy' or 'reduce'"
+                f"{where}: op {describe(columns['op'][i])} is not 'copy' or 'reduce'"
             ) from None
         try:
             transfer = Transfer(

@@ -56,13 +56,13 @@ from typing import Any, Literal
 
 from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
-from tacos.errors import TacosError
+from tacos.errors import TacosError, describe
 from tacos.limits import MAX_SWEEP_POINTS
 from tacos.output import write_text_atomic
 from tacos.synthesizer import synthesize
 from tacos.topology import Link, Topology, from_spec, read_csv, read_json
 from tacos.verify import verify
-from tacos.yamlfile import describe, parse_yaml
+from tacos.yamlfile import parse_yaml
 
 TABLE_NAME = "results.csv"
 REQUIRED_KEYS = ("topologies", "collectives", "chunk_sizes", "chunks_per_npu")

@@ -35,7 +35,7 @@ from typing import Any
 import networkx as nx
 
 from tacos import clusters
-from tacos.errors import TacosError
+from tacos.errors import TacosError, describe
 from tacos.jsonfile import parse_json
 from tacos.limits import MAX_LINK_TIME_US, MAX_LINKS, MAX_NODES, check_count
 
@@ -329,11 +329,13 @@ class Topology:
         if not isinstance(data, dict):
             raise TacosError(f"{source}: expected a JSON object with 'npus' and 'links'")
         if data.get("format", TOPOLOGY_FORMAT) != TOPOLOGY_FORMAT:
-            raise TacosError(f"{source}: format is {data.get('format')!r}, not {TOPOLOGY_FORMAT!r}")
+            raise TacosError(
+                f"{source}: format is {describe(data.get('format'))}, not {TOPOLOGY_FORMAT!r}"
+            )
         version = data.get("version", TOPOLOGY_VERSION)
         if version != TOPOLOGY_VERSION:
             raise TacosError(
-                f"{source}: topology version {version!r} is not supported "
+                f"{source}: topology version {describe(version)} is not supported "
                 f"(this tacos reads version {TOPOLOGY_VERSION}); upgrade tacos"
             )
         for key in ("npus", "links"):
@@ -582,7 +584,7 @@ def _as_int(value: Any, where: str) -> int:
             raise ValueError
         return int(value)
     except (TypeError, ValueError):
-        raise TacosError(f"{where}: {value!r} is not a whole number") from None
+        raise TacosError(f"{where}: {describe(value)} is not a whole number") from None
 
 
 def _as_float(value: Any, where: str) -> float:
@@ -591,7 +593,7 @@ def _as_float(value: Any, where: str) -> float:
             raise ValueError
         return float(value)
     except (TypeError, ValueError):
-        raise TacosError(f"{where}: {value!r} is not a number") from None
+        raise TacosError(f"{where}: {describe(value)} is not a number") from None
 
 
 def _require(condition: bool, message: str) -> None:

@@ -6,7 +6,7 @@ without copying, but anything that walks it -- a length, a repr in an error
 message -- takes minutes and gigabytes. So the node tree is measured as it
 would expand, before any Python value is built, and documents that expand past
 :data:`MAX_EXPANDED_VALUES` or refer to themselves are refused. Errors about a
-value describe it with :func:`describe` (its type and size), never its repr.
+value describe it with :func:`tacos.errors.describe`, never its repr.
 
 Example:
     >>> parse_yaml("a: [1, 2]", "x.yml")[1]
@@ -41,20 +41,6 @@ def parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
         raise TacosError(f"{source}:{where} not valid YAML ({problem})") from None
     finally:
         loader.dispose()
-
-
-def describe(value: Any) -> str:
-    """A short description of a user's value for an error message (never its repr)."""
-    if isinstance(value, str):
-        return repr(value) if len(value) <= 40 else f"a string of {len(value)} characters"
-    if isinstance(value, bool | int | float) or value is None:
-        text = repr(value)
-        return text if len(text) <= 40 else f"a number of {len(text)} digits"
-    if isinstance(value, list | tuple):
-        return f"a list of {len(value)} items"
-    if isinstance(value, dict):
-        return f"a mapping of {len(value)} keys"
-    return f"a {type(value).__name__}"
 
 
 def _check_expansion(root: yaml.Node, source: str) -> None:

@@ -218,3 +218,11 @@ def test_a_small_sweep_file_describing_millions_of_points_is_refused(capsys, tmp
     code = main(["sweep", str(grid), "-o", str(tmp_path / "out")])
     assert_one_line_fast(code, capsys.readouterr().err, "4000000 combinations", started)
     assert not (tmp_path / "out").exists()
+
+
+def test_errors_describe_a_huge_value_instead_of_echoing_it(capsys, tmp_path):
+    topology = tmp_path / "t.json"
+    topology.write_text('{"npus": [' + ", ".join(["1"] * 100_000) + '], "links": []}')
+    assert main(["synthesize", "--topology", str(topology)]) == 2
+    err = capsys.readouterr().err
+    assert "a list of 100000 items is not a whole number" in err and len(err) < 300, err[:300]
