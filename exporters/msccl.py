@@ -6,8 +6,9 @@ peer and receive from one peer over a channel's connections. Lowering a
 schedule (a time-ordered list of chunk transfers) takes five decisions:
 
 * **Buffers.** Chunk ``c`` of the collective lives at the MSCCL chunk offsets
-  of SPEC.md section 6 (``nchunksperloop`` = the collective's chunk count, or
-  R*C for All-to-All): where the collective puts its input (``i``) and where it
+  of the buffer table in :mod:`tacos.importers.msccl_xml` (``nchunksperloop`` =
+  the collective's chunk count, or R*C for All-to-All): where the collective
+  puts its input (``i``) and where it
   wants its output (``o``). Data a rank only relays, or partial sums it does
   not keep, live in scratch (``s``). A reduction received into a slot adds to
   it in place (``rrc`` with src = the current partial); the first one reads
@@ -569,7 +570,8 @@ def _messages(schedule: Schedule) -> list[_Message]:
 
 # ================================================================ buffers
 class _Layout:
-    """Where each chunk of the collective lives in the MSCCL buffers (SPEC.md section 6)."""
+    """Where each chunk of the collective lives in the MSCCL buffers (the buffer table of
+    :mod:`tacos.importers.msccl_xml`)."""
 
     def __init__(self, spec: Collective, runtime: Runtime) -> None:
         self.spec, self.kind = spec, spec.kind

@@ -582,7 +582,8 @@ def _check_postcondition(
     mode: str,
     report: CheckReport,
 ) -> None:
-    """Compare every output slot with the collective's postcondition (SPEC.md section 6).
+    """Compare every output slot with the collective's postcondition (the buffer table of
+    :mod:`tacos.importers.msccl_xml`).
 
     A broadcast or reduce file does not say its root: any root that makes the
     result right is accepted (and recorded in ``report.root``) unless ``root`` is given.

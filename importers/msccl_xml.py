@@ -12,6 +12,21 @@ read it: what they reject although a standard XML parser accepts it (an
 ``<?xml?>`` declaration, tabs, attributes over several lines, single quotes,
 entities, non-decimal integers) is recorded on the algorithm for the checker
 to report.
+
+Buffers and postconditions (what every runtime assumes; the exporter lays chunks
+out this way and the checker tests results against it). With ``N`` =
+``nchunksperloop`` and ``R`` = ``ngpus``, chunk ``c`` of a buffer is its ``c``-th
+of ``N`` equal parts; ``in_j`` is rank ``j``'s input, ``o`` the output of rank ``r``::
+
+    coll             input  output  in place                  every rank r ends with
+    allreduce        N      N       o is i                    o[c] = sum_j in_j[c]
+    allgather        N/R    N       i[c] is o[r*N/R + c]      o[j*N/R + c] = in_j[c]
+    reduce_scatter   N      N/R     o[c] is i[r*N/R + c]      o[c] = sum_j in_j[r*N/R + c]
+    alltoall         N      N       o is i                    o[j*N/R + c] = in_j[r*N/R + c]
+    broadcast        N      N       o is i                    o[c] = in_root[c]
+    reduce           N      N       o is i                    (root only) o[c] = sum_j in_j[c]
+
+Every contribution is summed exactly once.
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ K = CollectiveKind
 # ================================================================ runtime facts
 @dataclass(frozen=True)
 class Runtime:
-    """What one runtime's loader accepts (read from its source, see SPEC.md).
+    """What one runtime's loader accepts (as read from that runtime's loader source).
 
     ``max_steps`` is ``MSCCL_MAX_NUM_STEPS`` (steps per threadblock, ``nop``
     included), ``max_threadblocks`` is ``MSCCL_MAX_NUM_THREAD_BLOCKS`` (per GPU)

@@ -117,7 +117,7 @@ def synthesize_tenants(
 
     Returns one Schedule per collective; their times come from the joint
     timeline, so each shows what its tenant gets while the others run too.
-    ``tacos.simulate_together`` replays them jointly. A classic ``algorithm``
+    :func:`tacos.schedule.merge_tenants` joins them for a joint replay. A classic ``algorithm``
     takes one collective; ``"best"`` with several is TACOS.
     """
     if algorithm not in ALGORITHM_CHOICES:
