@@ -112,6 +112,12 @@ def test_id_lists_are_checked_before_they_are_expanded(capsys, option, value, me
     assert time.perf_counter() - started < 5.0
 
 
+def made(capsys, *argv: str, entry=export_main) -> None:
+    """Write a good file to corrupt (its output is not part of the test)."""
+    assert entry(list(argv)) == 0
+    capsys.readouterr()
+
+
 def assert_one_line_fast(code: int, err: str, message: str, started: float) -> None:
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert "Traceback" not in err
@@ -130,8 +136,7 @@ def test_options_that_size_the_work_are_checked_first(capsys, argv, message):
 
 def test_a_schedule_file_announcing_a_billion_chunks_per_rank_is_refused(capsys, tmp_path):
     schedule = tmp_path / "s.json"
-    assert main(["synthesize", "--topology", "ring:4", "-o", str(schedule)]) == 0
-    capsys.readouterr()
+    made(capsys, "synthesize", "--topology", "ring:4", "-o", str(schedule), entry=main)
     text = schedule.read_text()
     schedule.write_text(text.replace('"chunks_per_rank":1', '"chunks_per_rank":1000000000', 1))
     started = time.perf_counter()
@@ -141,9 +146,8 @@ def test_a_schedule_file_announcing_a_billion_chunks_per_rank_is_refused(capsys,
 
 def test_msccl_buffer_sizes_are_checked_before_the_buffers_exist(capsys, tmp_path):
     xml = tmp_path / "big.xml"
-    assert export_main(["--format", "msccl", "--topology", "ring:4", "--collective",
-                        "all-gather", "-o", str(xml)]) == 0  # fmt: skip
-    capsys.readouterr()
+    made(capsys, "--format", "msccl", "--topology", "ring:4", "--collective", "all-gather",
+         "-o", str(xml))  # fmt: skip
     text = re.sub(r'o_chunks="\d+"', 'o_chunks="80000000000"', xml.read_text())
     xml.write_text(re.sub(r'nchunksperloop="\d+"', 'nchunksperloop="80000000000"', text))
     for argv in (["verify", "--format", "msccl", str(xml)], ["import", str(xml)]):
@@ -154,9 +158,8 @@ def test_msccl_buffer_sizes_are_checked_before_the_buffers_exist(capsys, tmp_pat
 
 def test_a_chakra_chunk_id_beyond_any_message_is_refused(capsys, tmp_path):
     bundle = tmp_path / "b"
-    assert export_main(["--format", "chakra", "--topology", "ring:4", "--collective",
-                        "all-gather", "-o", str(bundle)]) == 0  # fmt: skip
-    capsys.readouterr()
+    made(capsys, "--format", "chakra", "--topology", "ring:4", "--collective", "all-gather",
+         "-o", str(bundle))  # fmt: skip
     for rank in range(4):
         path = bundle / "et" / f"tacos.{rank}.et"
         meta, nodes = read_et(path)
@@ -173,8 +176,7 @@ def test_a_chakra_chunk_id_beyond_any_message_is_refused(capsys, tmp_path):
 
 def test_two_files_for_one_rank_are_refused(capsys, tmp_path):
     bundle = tmp_path / "b"
-    assert export_main(["--format", "chakra", "--topology", "ring:4", "-o", str(bundle)]) == 0
-    capsys.readouterr()
+    made(capsys, "--format", "chakra", "--topology", "ring:4", "-o", str(bundle))
     (bundle / "et" / "tacos.00.et").write_bytes((bundle / "et" / "tacos.0.et").read_bytes())
     started = time.perf_counter()
     code = main(["verify", "--format", "chakra", str(bundle / "et" / "tacos")])
@@ -183,9 +185,8 @@ def test_two_files_for_one_rank_are_refused(capsys, tmp_path):
 
 def test_a_root_outside_the_msccl_algorithm_is_refused(capsys, tmp_path):
     xml = tmp_path / "bc.xml"
-    assert export_main(["--format", "msccl", "--topology", "ring:4", "--collective", "broadcast",
-                        "-o", str(xml)]) == 0  # fmt: skip
-    capsys.readouterr()
+    made(capsys, "--format", "msccl", "--topology", "ring:4", "--collective", "broadcast",
+         "-o", str(xml))  # fmt: skip
     started = time.perf_counter()
     code = main(["verify", "--format", "msccl", str(xml), "--root", "99"])
     assert_one_line_fast(code, capsys.readouterr().err, "--root 99 is not a GPU", started)
@@ -193,8 +194,7 @@ def test_a_root_outside_the_msccl_algorithm_is_refused(capsys, tmp_path):
 
 def test_a_schedule_whose_column_is_a_number_is_refused(capsys, tmp_path):
     schedule = tmp_path / "s.json"
-    assert main(["synthesize", "--topology", "ring:4", "-o", str(schedule)]) == 0
-    capsys.readouterr()
+    made(capsys, "synthesize", "--topology", "ring:4", "-o", str(schedule), entry=main)
     data = json.loads(schedule.read_text())
     data["transfers"]["chunk"] = 5
     schedule.write_text(json.dumps(data))
