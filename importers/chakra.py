@@ -68,6 +68,7 @@ class EtSet:
 
     prefix: Path
     traces: dict[int, tuple[GlobalMetadata, list[Node]]]
+    paths: dict[int, Path]
 
     @property
     def num_ranks(self) -> int:
@@ -75,7 +76,7 @@ class EtSet:
 
     def path(self, rank: int) -> str:
         """The file of ``rank``, for error messages."""
-        return f"{self.prefix}.{rank}.et"
+        return str(self.paths[rank])
 
 
 @dataclass(frozen=True)
@@ -101,30 +102,30 @@ def load_et_set(prefix: str | Path) -> EtSet:
     """Read ``PREFIX.0.et``, ``PREFIX.1.et``, ...; the ranks must be contiguous from 0."""
     prefix = Path(prefix)
     folder = prefix.parent if str(prefix.parent) else Path(".")
-    ranks = sorted(
-        int(m["rank"])
-        for p in (folder.iterdir() if folder.is_dir() else ())
-        if (m := _RANK_FILE.match(p.name)) and m["stem"] == prefix.name
-    )
-    if not ranks:
+    files: defaultdict[int, list[Path]] = defaultdict(list)
+    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if (m := _RANK_FILE.match(path.name)) and m["stem"] == prefix.name:
+            files[int(m["rank"])].append(path)
+    if not files:
         raise TacosError(f"{prefix}: no files {prefix.name}.<rank>.et in {folder}")
-    twice = next((rank for rank, count in Counter(ranks).items() if count > 1), None)
-    if twice is not None:
-        raise TacosError(
-            f"{prefix}: several files name rank {twice} (e.g. {prefix.name}.{twice}.et and "
-            f"{prefix.name}.0{twice}.et); keep one file per rank"
-        )
-    if ranks != list(range(len(ranks))):
-        missing = sorted(set(range(ranks[-1] + 1)) - set(ranks))
-        raise TacosError(f"{prefix}: rank files must be contiguous from 0; {missing[0]} is missing")
+    for rank, paths in files.items():
+        if len(paths) > 1:
+            raise TacosError(
+                f"{prefix}: {paths[0].name} and {paths[1].name} both name rank {rank}; "
+                "keep one file per rank"
+            )
+    ranks = sorted(files)
+    if ranks != list(range(len(ranks))):  # the smallest gap is at most len(ranks)
+        missing = min(set(range(len(ranks) + 1)) - set(ranks))
+        raise TacosError(f"{prefix}: rank files must be contiguous from 0; {missing} is missing")
+    paths = {rank: files[rank][0] for rank in ranks}
     traces = {}
-    for rank in ranks:
-        path = folder / f"{prefix.name}.{rank}.et"
+    for rank, path in paths.items():
         try:
             traces[rank] = read_et(path)
         except OSError as err:
             raise TacosError(f"{path}: cannot read: {err}") from None
-    return EtSet(prefix, traces)
+    return EtSet(prefix, traces, paths)
 
 
 def match_messages(et_set: EtSet) -> list[Message]:

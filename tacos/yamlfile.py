@@ -34,6 +34,11 @@ def parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
             return None, None
         _check_expansion(node, source)
         return node, loader.construct_document(node)
+    except RecursionError:  # PyYAML composes, and _check_expansion measures, recursively
+        raise TacosError(
+            f"{source}: nested too deeply to read (thousands of [ or {{); this is no YAML "
+            "tacos reads"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""

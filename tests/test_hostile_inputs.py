@@ -61,6 +61,8 @@ CASES = [
     ("typo.json", '{"nmpus": 2, "npus": 2, "links": [[0, 1, 50, 1], [1, 0, 50, 1]]}',
      "typo.json", "unknown field 'nmpus'"),
     ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json", "nested too deeply"),
+    ("deep.yml", "topology: " + "[" * 20_000 + "]" * 20_000 + "\n", "deep.yml",
+     "nested too deeply"),
     ("slow.csv", "src,dst,bandwidth_GBps,latency_us\n0,1,50,1e308\n1,0,50,1e308\n", "slow.csv",
      "use realistic values"),
     ("thin.csv", "src,dst,bandwidth_GBps,latency_us\n0,1,1e-320,1\n1,0,50,1\n", "thin.csv",
@@ -180,7 +182,18 @@ def test_two_files_for_one_rank_are_refused(capsys, tmp_path):
     (bundle / "et" / "tacos.00.et").write_bytes((bundle / "et" / "tacos.0.et").read_bytes())
     started = time.perf_counter()
     code = main(["verify", "--format", "chakra", str(bundle / "et" / "tacos")])
-    assert_one_line_fast(code, capsys.readouterr().err, "several files name rank 0", started)
+    assert_one_line_fast(
+        code, capsys.readouterr().err, "tacos.0.et and tacos.00.et both name rank 0", started
+    )
+
+
+def test_a_rank_file_with_a_huge_number_is_a_gap_found_at_once(capsys, tmp_path):
+    bundle = tmp_path / "b"
+    made(capsys, "--format", "chakra", "--topology", "ring:4", "-o", str(bundle))
+    (bundle / "et" / "tacos.3.et").rename(bundle / "et" / "tacos.100000000000.et")
+    started = time.perf_counter()
+    code = main(["verify", "--format", "chakra", str(bundle / "et" / "tacos")])
+    assert_one_line_fast(code, capsys.readouterr().err, "3 is missing", started)
 
 
 def test_a_root_outside_the_msccl_algorithm_is_refused(capsys, tmp_path):

@@ -224,6 +224,18 @@ def export_bundle(schedule: tacos.Schedule, out: Path) -> Path:
     return out / "et" / "tacos"
 
 
+def test_rank_files_with_leading_zeros_are_read_and_named_as_they_are(tmp_path):
+    topology = tacos.from_spec("ring:4")
+    original = tacos.synthesize(topology, Collective(CollectiveKind.ALL_GATHER, (0, 1, 2, 3)))
+    prefix = export_bundle(original, tmp_path / "b")
+    prefix.with_name("tacos.2.et").rename(prefix.with_name("tacos.002.et"))
+    imported = import_schedule(prefix, topology=topology)
+    assert imported.transfers == original.transfers
+    prefix.with_name("tacos.002.et").write_bytes(b"not a trace")
+    with pytest.raises(TacosError, match=r"tacos\.002\.et"):
+        import_schedule(prefix, topology=topology)
+
+
 @pytest.mark.parametrize("kind", list(CollectiveKind))
 @pytest.mark.parametrize("spec", ["ring:6", "torus2d:3x3", "hypercube:3", "switch:4"])
 def test_exported_bundles_import_to_the_same_transfers_and_times(tmp_path, spec, kind):
