@@ -25,11 +25,10 @@ from pathlib import Path
 import tacos
 from tacos.classic import CLASSIC_ALGORITHMS, compete
 from tacos.collective import Collective, CollectiveKind
-from tacos.schedule import Schedule
 from tacos.topology import Topology, load_topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality import heterogeneous_mesh  # noqa: E402
+from quality import checked, heterogeneous_mesh  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "astra-sim"
 SUITE = {
@@ -59,15 +58,6 @@ def networks(only: list[str]) -> list[tuple[str, Topology]]:
         chosen.append((label, load_topology(spec)))
     chosen += [(t.name, t) for t in (heterogeneous_mesh(4, 4), heterogeneous_mesh(8, 4))]
     return [(label, topo) for label, topo in chosen if not only or any(o in label for o in only)]
-
-
-def checked(schedule: Schedule, what: str) -> float:
-    report = tacos.verify(schedule)
-    if not report.ok:
-        raise SystemExit(f"{what}: schedule does not verify: {report.summary()}")
-    if tacos.simulate(schedule).collective_time_us != schedule.collective_time_us:
-        raise SystemExit(f"{what}: simulated time differs from synthesized")
-    return schedule.collective_time_us
 
 
 def classic_times(topo: Topology, spec: Collective, what: str) -> dict[str, float]:

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
+from tacos.schedule import Schedule
 from tacos.topology import Topology, from_spec
 
 
@@ -37,16 +38,21 @@ def suite() -> list[Topology]:
     return [from_spec(s) for s in specs] + [heterogeneous_mesh(4, 4), heterogeneous_mesh(8, 4)]
 
 
+def checked(schedule: Schedule, what: str) -> float:
+    """The schedule's time, once ``tacos.verify`` passes and ``tacos.simulate`` agrees."""
+    report = tacos.verify(schedule)
+    if not report.ok:
+        raise SystemExit(f"{what}: schedule does not verify: {report.summary()}")
+    if tacos.simulate(schedule).collective_time_us != schedule.collective_time_us:
+        raise SystemExit(f"{what}: simulated time differs from synthesized")
+    return schedule.collective_time_us
+
+
 def checked_time(topo: Topology, spec: Collective, seed: int, policy: str) -> tuple[float, float]:
     started = time.perf_counter()
     schedule = tacos.synthesize(topo, spec, seed=seed, policy=policy)  # type: ignore[arg-type]
     seconds = time.perf_counter() - started
-    report = tacos.verify(schedule)
-    if not report.ok:
-        raise SystemExit(f"{topo.name} {spec.kind}: schedule does not verify: {report.summary()}")
-    if tacos.simulate(schedule).collective_time_us != schedule.collective_time_us:
-        raise SystemExit(f"{topo.name} {spec.kind}: simulated time differs from synthesized")
-    return schedule.collective_time_us, seconds
+    return checked(schedule, f"{topo.name} {spec.kind}"), seconds
 
 
 def main() -> None:
