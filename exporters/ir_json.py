@@ -21,10 +21,11 @@ def _target(out: Path) -> Path:
 
 
 def check_target(out: Path, options: ExportOptions) -> None:
-    if out.suffix.lower() == ".json":
-        check_file_target(out)
-    else:
-        check_file_in_directory(out, "schedule.json")
+    """``-o FILE.json``, or a directory that gets ``schedule.json``."""
+    target = _target(out)
+    if target != out:
+        check_file_in_directory(out)
+    check_file_target(target)
 
 
 def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:

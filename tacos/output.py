@@ -97,10 +97,7 @@ def check_file_target(path: Path) -> Path:
 
 def check_file_in_directory(directory: Path, name: str | None = None) -> None:
     """Check an output that writes the file ``name`` (if known yet) into ``directory``."""
-    if str(directory) == "":
-        raise TacosError("the output path is empty; give a file or directory name")
-    if directory.exists() and not directory.is_dir():
-        raise TacosError(f"{directory}: exists and is not a directory; choose another -o")
+    _check_directory_or_nothing(directory)
     if name is not None:
         check_file_target(directory / name)
 
@@ -147,10 +144,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 def check_directory_target(path: Path, *, force: bool = False) -> None:
     """Refuse a directory output that would put a user's files at risk (see the module doc)."""
     path = Path(path)
-    if str(path) == "":
-        raise TacosError("the output path is empty; give a directory name")
-    if path.exists() and not path.is_dir():
-        raise TacosError(f"{path}: exists and is not a directory; choose another -o")
+    _check_directory_or_nothing(path)
     if not path.is_dir() or force or (path / LEDGER).is_file():
         return
     try:
@@ -174,8 +168,9 @@ def atomic_directory(path: Path, *, force: bool = False) -> Iterator[Path]:
     path = Path(path)
     check_directory_target(path, force=force)
     existing = path.is_dir()
+    if not existing:
+        _ensure_parent(path)
     home = path if existing else path.parent
-    _ensure_parent(path / "x" if existing else path)
     try:
         scratch = Path(tempfile.mkdtemp(prefix=f".{path.resolve().name}.", dir=home))
     except OSError as err:
@@ -253,6 +248,14 @@ def _remove_empty_parents(root: Path, name: PurePosixPath) -> None:
 
 
 # ------------------------------------------------------------------ helpers
+def _check_directory_or_nothing(path: Path) -> None:
+    """A directory output, or one that writes into a directory, needs one there or nothing."""
+    if str(path) == "":
+        raise TacosError("the output path is empty; give a directory name")
+    if path.exists() and not path.is_dir():
+        raise TacosError(f"{path}: exists and is not a directory; choose another -o")
+
+
 def _ensure_parent(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
