@@ -124,6 +124,8 @@ def synthesize_tenants(
         raise TacosError(
             f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHM_CHOICES)}"
         )
+    if sends_in_flight is not None and sends_in_flight < 1:
+        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
     if algorithm in CLASSIC_ALGORITHMS:
         return [_classic(topology, collectives, algorithm, sends_in_flight)]
     schedules = _synthesize_tacos(
@@ -145,8 +147,6 @@ def _classic(
             f"{algorithm} builds one collective; tenants sharing the network (--groups) "
             "need --algorithm tacos or best"
         )
-    if sends_in_flight is not None and sends_in_flight < 1:
-        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
     return classic_schedule(topology, collectives[0], algorithm, sends_in_flight=sends_in_flight)
 
 
@@ -205,8 +205,6 @@ def _synthesize_tacos(
     """The TACOS greedy for every tenant (the body of :func:`synthesize_tenants`)."""
     if policy not in CHUNK_POLICIES:
         raise TacosError(f"unknown chunk policy {policy!r}: use one of {', '.join(CHUNK_POLICIES)}")
-    if sends_in_flight is not None and sends_in_flight < 1:
-        raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
     if not 1 <= tries <= MAX_TRIES:
         raise TacosError(f"--tries {tries}: use 1..{MAX_TRIES} (each try is a whole synthesis)")
     tenants = Tenants(tuple(collectives))
