@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from tacos.bounds import lower_bounds
@@ -204,13 +205,39 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    """Raise :class:`_Terminated` where the program is, so that every cleanup runs.
+
+    Python swallows an exception raised while a ``__del__`` runs ("Exception
+    ignored in ..."), and numba's compiler finalizes LLVM objects that way, so a
+    signal landing there would be lost and the command would finish as if never
+    stopped. Then the raise is retried from a timer, once outside the finalizer.
+    """
+    if _in_finalizer(frame):
+        _deferred_stop.append(signum)
+        signal.setitimer(signal.ITIMER_REAL, _RETRY_STOP_SECONDS)
+        return
     raise _Terminated(signum)
+
+
+def _retry_stop(_signum: int, frame: FrameType | None) -> None:
+    """SIGALRM after a stop signal that landed in a finalizer: raise it now."""
+    if _deferred_stop:
+        _raise_terminated(_deferred_stop.pop(), frame)
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in _CLEANUP_SIGNALS}
+    previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, _retry_stop)
     try:
         with protect_inputs(_input_paths(args)):
             return int(args.handler(args))
@@ -227,11 +254,16 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         sys.stderr.close()
         return 0
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _deferred_stop.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
 _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_RETRY_STOP_SECONDS = 0.01
+_deferred_stop: list[int] = []
+"""A stop signal that arrived inside a finalizer, waiting for :func:`_retry_stop`."""
 
 
 def _output_path(text: str) -> Path:

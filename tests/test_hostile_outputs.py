@@ -270,3 +270,35 @@ def test_a_stopped_sweep_leaves_no_worker_running(tmp_path):
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert workers and not any(_alive(pid) for pid in workers)
+
+
+FINALIZER_STOP = """
+import os, signal, sys, time
+import tacos.cli as cli
+
+real = cli.lower_bounds
+
+class SignalledWhileFinalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs here, where Python swallows what it raises
+
+def slow_bounds(*args, **kwargs):
+    SignalledWhileFinalized()  # dropped at once: its __del__ runs now
+    time.sleep(30)  # the stop must land here, not after
+    return real(*args, **kwargs)
+
+cli.lower_bounds = slow_bounds
+sys.exit(cli.main(["bounds", "--topology", "ring:4"]))
+"""
+
+
+def test_a_signal_arriving_inside_a_finalizer_still_stops_the_command(tmp_path):
+    """numba's compiler runs __del__ finalizers; a SIGTERM landing in one must not be lost."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", FINALIZER_STOP], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert time.monotonic() - started < 20, "the stop waited for the command to finish"
