@@ -40,6 +40,7 @@ exact; it is the oracle that faster implementations are tested against.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -50,7 +51,7 @@ from typing import Literal
 
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
-from tacos.synthesizer.routes import Route, routes_from
+from tacos.synthesizer.routes import Fabric, Route, routes_from
 from tacos.topology import Topology
 
 DeliveryCallback = Callable[[int], None]
@@ -58,6 +59,8 @@ ChunkPolicy = Literal["rarest", "random"]
 CHUNK_POLICIES: tuple[ChunkPolicy, ...] = ("rarest", "random")
 
 _AVAILABLE, _ARRIVED, _LINK_FREE = 0, 1, 2
+NEARER = 1 - 1e-9
+"""A node is nearer than a path when its distance is below the path's time by more than rounding."""
 RAREST_COMPARE_ALL = 8
 """The "rarest" policy compares all eligible chunks up to this many (else one word of them)."""
 
@@ -191,6 +194,8 @@ class _SpreadState:
             for chunk in _members(want):
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
+        self._nearest_first: dict[int, tuple[list[float], list[int]]] = {}
+        self.fabric = Fabric(topology, self.durations) if topology.num_switches else None
         for source in sources:
             self.copies[source.chunk] += 1
             self.source_deps[(source.node, source.chunk)] = source.deps
@@ -229,22 +234,31 @@ class _SpreadState:
         return freed, touched, delivered
 
     def match_link(self, link_id: int, now: float) -> None:
-        """Give the free link ``link_id`` one chunk over one of the routes starting on it."""
+        """Give the free link ``link_id`` one chunk towards one NPU it leads to."""
         sender = self.topology.links[link_id].src
         if self.ports is not None and self.outstanding[sender] >= self.ports:
             return
-        routes = self.routes_by_link[link_id]
-        if len(routes) > 1:  # a switch uplink: try the destinations reached soonest first
-            keyed = [(self._hop_times(r, now)[-1][1], self.rng.random(), r) for r in routes]
-            routes = [r for *_, r in sorted(keyed, key=lambda k: (k[0], k[1]))]
-        for route in routes:
-            chunk = self._pick_chunk(route.src, route.dst)
+        if not self.routes_by_link[link_id]:  # leaves a switch: only part of routes
+            return
+        if self.fabric is None or not self.topology.is_switch(self.topology.links[link_id].dst):
+            (route,) = self.routes_by_link[link_id]
+            chunk = self._pick_chunk(sender, route.dst, 0)
             if chunk is not None:
-                self._send(route, chunk, now)
+                self._send(sender, route.dst, route.links, chunk, now)
+            return
+        # A switch uplink: try the destinations reached soonest first.
+        paths = self.fabric.earliest(link_id, now, self.free_at)
+        keyed = sorted((arrive, self.rng.random(), dst) for dst, (arrive, *_) in paths.items())
+        for _, _, dst in keyed:
+            _, path_us, links = paths[dst]
+            chunk = self._pick_chunk(sender, dst, self._near_holdings(dst, path_us))
+            if chunk is not None:
+                self._send(sender, dst, links, chunk, now)
                 return
 
-    def _pick_chunk(self, u: int, v: int) -> int | None:
-        eligible = self.holds[u] & ~self.holds[v] & ~self.incoming[v]
+    def _pick_chunk(self, u: int, v: int, elsewhere: int) -> int | None:
+        """The chunk ``u`` sends ``v`` (None: nothing worth sending), not one of ``elsewhere``."""
+        eligible = self.holds[u] & ~self.holds[v] & ~self.incoming[v] & ~elsewhere
         if not eligible:
             return None
         candidates = eligible & self.wants[v]
@@ -266,6 +280,27 @@ class _SpreadState:
             if distance.get(v, math.inf) < distance.get(u, math.inf):
                 return True
         return False
+
+    def _near_holdings(self, v: int, path_us: float) -> int:
+        """Chunks that nodes nearer to ``v`` than ``path_us`` hold or are receiving.
+
+        A path through switches shares its links with many others (NICs,
+        inter-switch links), so a chunk should cross it only when no node closer
+        to ``v`` has it: from there it reaches ``v`` sooner and over cheaper links.
+        This is what makes a chunk enter each node or pod of a cluster once and
+        spread inside it locally.
+        """
+        nearest = self._nearest_first.get(v)
+        if nearest is None:
+            distance = self._distances_to(v)
+            order = sorted((d, node) for node, d in distance.items() if node != v)
+            nearest = ([d for d, _ in order], [node for _, node in order])
+            self._nearest_first[v] = nearest
+        distances, nodes = nearest
+        held = 0
+        for node in nodes[: bisect.bisect_left(distances, path_us * NEARER)]:
+            held |= self.holds[node] | self.incoming[node]
+        return held
 
     def _distances_to(self, target: int) -> dict[int, float]:
         """Per-chunk time from every NPU to ``target`` over routes (cached)."""
@@ -308,24 +343,23 @@ class _SpreadState:
         best = [chunk for chunk, score in zip(members, scores, strict=True) if score == best_score]
         return best[self.rng.randrange(len(best))] if len(best) > 1 else best[0]
 
-    def _hop_times(self, route: Route, now: float) -> list[tuple[float, float]]:
-        """Start and end of each hop if the route's first link starts at ``now``."""
+    def _hop_times(self, links: tuple[int, ...], now: float) -> list[tuple[float, float]]:
+        """Start and end of each hop if the first link starts at ``now``."""
         times = []
         ready = now
-        for link_id in route.links:
+        for link_id in links:
             start = max(ready, self.free_at[link_id])
             ready = start + self.durations[link_id]
             times.append((start, ready))
         return times
 
-    def _send(self, route: Route, chunk: int, now: float) -> None:
-        u, v = route.src, route.dst
+    def _send(self, u: int, v: int, links: tuple[int, ...], chunk: int, now: float) -> None:
         deps = self.source_deps.get((u, chunk))
         if deps is None:
             deps = (self.arrived_by[(u, chunk)],)
-        nodes = [u, *(self.topology.links[i].dst for i in route.links)]
+        nodes = [u, *(self.topology.links[i].dst for i in links)]
         for hop, (link_id, (start, end)) in enumerate(
-            zip(route.links, self._hop_times(route, now), strict=True)
+            zip(links, self._hop_times(links, now), strict=True)
         ):
             self.free_at[link_id] = end
             if hop == 0:

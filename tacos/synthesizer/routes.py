@@ -73,3 +73,62 @@ def _switch_routes(topology: Topology, source: int, times: list[float]) -> list[
                 if nxt not in best or candidate < best[nxt]:
                     best[nxt] = candidate
     return [Route(source, dst, path) for dst, (_, path) in sorted(best.items())]
+
+
+class Fabric:
+    """Paths through the switches, chosen when a chunk is sent.
+
+    A chunk entering the switch fabric may take any of its shortest paths (in
+    per-chunk link time: the equal-cost multipath of real fabrics, parallel
+    cables included); of those it takes the one that arrives first given when
+    each link is already booked, queueing in a switch until its next link is
+    free. One fixed path per NPU pair would send every chunk between two pods
+    of a fat tree over the same core link while the others idle.
+    """
+
+    def __init__(self, topology: Topology, times: list[float]) -> None:
+        self.topology = topology
+        self.times = times
+        # Static path lengths are compared after rounding, so that equal-cost paths
+        # whose sums differ in the last bit still count as equal.
+        self._cost = [round(t, 6) for t in times]
+
+    def earliest(
+        self, first_link: int, start: float, free_at: list[float]
+    ) -> dict[int, tuple[float, float, tuple[int, ...]]]:
+        """Per NPU reached through the switch at the end of ``first_link``: its path.
+
+        A path is (arrival time, per-chunk path time without queueing, links).
+
+        The chunk leaves on ``first_link`` at ``start``; every path is a
+        statically shortest one, and among those the earliest to arrive.
+        """
+        topo, times, cost = self.topology, self.times, self._cost
+        source = topo.links[first_link].src
+        entry = topo.links[first_link].dst
+        arrival = max(start, free_at[first_link]) + times[first_link]
+        heap: list[tuple[float, float, tuple[int, ...], int]] = [
+            (cost[first_link], arrival, (first_link,), entry)
+        ]
+        settled: set[int] = set()
+        found: dict[int, tuple[float, float, tuple[int, ...]]] = {}
+        while heap:
+            length, ready, path, node = heapq.heappop(heap)
+            if node in settled:
+                continue
+            settled.add(node)
+            for link_id in topo.out_links[node]:
+                nxt = topo.links[link_id].dst
+                label = (
+                    round(length + cost[link_id], 6),
+                    max(ready, free_at[link_id]) + times[link_id],
+                )
+                if topo.is_switch(nxt):
+                    if nxt not in settled:
+                        heapq.heappush(heap, (*label, (*path, link_id), nxt))
+                elif nxt != source and (nxt not in found or label < found[nxt][:2]):
+                    found[nxt] = (*label, (*path, link_id))
+        return {
+            npu: (arrive, sum(times[i] for i in links), links)
+            for npu, (_, arrive, links) in found.items()
+        }

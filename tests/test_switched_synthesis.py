@@ -1,0 +1,66 @@
+"""How TACOS uses switched networks: multipath through the fabric, scarce links crossed once."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+
+import tacos
+from tacos.collective import Collective, CollectiveKind
+from tacos.synthesizer.routes import Fabric
+from tacos.topology import Topology, from_spec
+
+
+def all_gather(topology: Topology, chunks: int) -> tacos.Schedule:
+    spec = Collective(CollectiveKind.ALL_GATHER, tuple(topology.npus), chunks, 2**20)
+    schedule = tacos.synthesize(topology, spec, seed=0, engine="reference")
+    tacos.verify(schedule)
+    return schedule
+
+
+def test_the_fabric_takes_the_free_one_of_equal_cost_paths():
+    topology = from_spec("fat-tree:4")
+    fabric = Fabric(topology, topology.link_times_us(2**20))
+    uplink = topology.out_links[0][0]
+    free_at = [0.0] * len(topology.links)
+    far_npu = topology.num_npus - 1
+    first = fabric.earliest(uplink, 0.0, free_at)[far_npu]
+    for link_id in first[2][1:-1]:  # book the switch-to-switch links of that path
+        free_at[link_id] = 1e6
+    second = fabric.earliest(uplink, 0.0, free_at)[far_npu]
+    assert second[0] == first[0], "an equal-cost path is free, so it arrives as early"
+    assert second[1] == pytest.approx(first[1]), "and it is as long"
+    assert set(second[2][1:-1]).isdisjoint(first[2][1:-1])
+
+
+@pytest.mark.parametrize("spec", ["dgx:3x4", "dgx:4x2,rails=1", "xgmi:3x4"])
+def test_all_gather_brings_each_chunk_into_each_server_once_at_one_chunk_per_npu(spec):
+    """A chunk crosses the NICs into a server once and spreads inside it over local links."""
+    topology = from_spec(spec)
+    npus = topology.num_npus
+    gpus = {"dgx:3x4": 4, "dgx:4x2,rails=1": 2, "xgmi:3x4": 4}[spec]
+    schedule = all_gather(topology, 1)
+    server_of = {gpu: gpu // gpus for gpu in range(npus)}
+    into_server = Counter(
+        (t.chunk, server_of[t.dst])
+        for t in schedule.transfers
+        if t.dst < npus and not t.src < npus and t.src < 2 * npus  # NIC -> GPU
+    )
+    servers = npus // gpus
+    expected = {
+        (chunk, server)
+        for chunk, server in itertools.product(range(npus), range(servers))
+        if server_of[chunk] != server
+    }
+    assert set(into_server) == expected
+    assert set(into_server.values()) == {1}
+
+
+def test_switched_all_gather_is_near_the_throughput_bound_with_enough_chunks():
+    """Regression guard for the switch-aware matching (it was 3x the bound before)."""
+    topology = from_spec("fat-tree:4")
+    schedule = all_gather(topology, 8)
+    bound = tacos.lower_bounds(topology, schedule.collective).throughput_us
+    assert schedule.collective_time_us <= 1.3 * bound
