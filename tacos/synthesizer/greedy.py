@@ -10,9 +10,14 @@ at its own time, heterogeneous links need no common time step.
 
 Links are used through :mod:`routes <tacos.synthesizer.routes>`: a direct
 NPU-to-NPU link, or a path through switches that ends at an NPU (switches
-forward each chunk once and keep nothing). A switch hop waits in the switch
-until its outgoing link is free, so a route's later hops are booked on their
-links in order.
+forward each chunk once and keep nothing). A link into a switch is matched
+with a destination and a chunk at once: destinations are tried in order of
+arrival over the :class:`~tacos.synthesizer.routes.Fabric` (the equal-cost
+path that arrives first given the links' bookings; a switch hop waits in the
+switch until its outgoing link is free, so later hops are booked in order).
+Such a path shares its links (NICs, inter-switch links) with many others, so
+it carries a chunk only when no node nearer the receiver holds or is receiving
+it: a chunk enters each server or pod once and spreads inside it locally.
 
 A node that does not want a chunk may still relay it, but only towards a node
 that does: it must be strictly closer (in per-chunk link time) than the sender
