@@ -28,6 +28,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
+from tacos.synthesizer.ownership import reduction_owners
 from tacos.synthesizer.timing import prune, renumber, retime_asap
 from tacos.topology import Topology
 
@@ -126,11 +127,19 @@ def synthesize_transfers(
 
 
 def _reduce_by_mirroring(
-    topology: Topology, tenants: Tenants, settings: Settings
+    topology: Topology,
+    tenants: Tenants,
+    settings: Settings,
+    sources: Sequence[ChunkSource] | None = None,
 ) -> list[Transfer]:
-    """The mirrored spreading collective on the transposed topology, played backwards."""
+    """The mirrored spreading collective on the transposed topology, played backwards.
+
+    ``sources`` (the owners each chunk is reduced into) default to the collective's own.
+    """
     mirror = tenants.as_kind(MIRRORS[tenants.kind])
-    spread = _spread(topology.transposed(), mirror, mirror.sources(), settings)
+    if sources is None:
+        sources = mirror.sources()
+    spread = _spread(topology.transposed(), mirror, sources, settings)
     finish = max(t.end for t in spread)
     # Played backwards, transfer X waits for the reversals of the transfers that
     # forwarded what X delivered: they bring the contributions X then passes on.
@@ -160,16 +169,23 @@ def _reduce_by_mirroring(
 def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> list[Transfer]:
     """Reduce-Scatter, then All-Gather of each reduced chunk from its owner."""
     scatter = tenants.as_kind(CollectiveKind.REDUCE_SCATTER)
-    reduction = _reduce_by_mirroring(topology, scatter, settings)
+    owner = {
+        offset + chunk: int(npu)
+        for spec, offset in zip(tenants.specs, tenants.offsets, strict=True)
+        for chunk, npu in enumerate(reduction_owners(topology, spec))
+    }
+    reduction = _reduce_by_mirroring(
+        topology, scatter, settings, [ChunkSource(owner[c], c) for c in sorted(owner)]
+    )
     reduced_by: dict[int, list[int]] = defaultdict(list)
     link_free_at = [0.0] * len(topology.links)
     for index, t in enumerate(reduction):
-        if t.dst == tenants.owner(t.chunk):
+        if t.dst == owner[t.chunk]:
             reduced_by[t.chunk].append(index)
         link_free_at[t.link] = max(link_free_at[t.link], t.end)
     sources = [
         ChunkSource(
-            tenants.owner(c),
+            owner[c],
             c,
             time=max(reduction[i].end for i in reduced_by[c]),
             deps=tuple(reduced_by[c]),

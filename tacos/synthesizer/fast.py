@@ -48,6 +48,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
+from tacos.synthesizer.ownership import reduction_owners
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -102,9 +103,15 @@ class Sources:
     def at_owners(cls, spec: Collective) -> Sources:
         """Every chunk on its owner at time 0 (All-Gather's precondition)."""
         chunks = np.arange(spec.num_chunks, dtype=np.int64)
-        owners = np.asarray(spec.ranks, np.int64)[chunks // spec.chunks_per_rank]
-        empty = np.zeros(spec.num_chunks + 1, np.int64)
-        return cls(owners, chunks, np.zeros(spec.num_chunks), empty, np.zeros(0, np.int64))
+        return cls.at(np.asarray(spec.ranks, np.int64)[chunks // spec.chunks_per_rank])
+
+    @classmethod
+    def at(cls, owners: np.ndarray) -> Sources:
+        """Chunk ``i`` on NPU ``owners[i]`` at time 0."""
+        count = len(owners)
+        empty = np.zeros(count + 1, np.int64)
+        chunks = np.arange(count, dtype=np.int64)
+        return cls(owners, chunks, np.zeros(count), empty, np.zeros(0, np.int64))
 
 
 @dataclass
@@ -373,12 +380,15 @@ def spread_table(
     return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
 
 
-def _reduce_scatter(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
-    """All-Gather on the transposed topology, played backwards as reductions."""
+def _reduce_scatter(
+    topology: Topology, spec: Collective, settings: FastSettings, owners: Sources | None = None
+) -> TransferTable:
+    """All-Gather on the transposed topology, played backwards as reductions into ``owners``
+    (by default the collective's own)."""
     mirror = Collective(
         CollectiveKind.ALL_GATHER, spec.ranks, spec.chunks_per_rank, spec.chunk_bytes
     )
-    spread = _spread(topology.transposed(), mirror, Sources.at_owners(mirror), settings)
+    spread = _spread(topology.transposed(), mirror, owners or Sources.at_owners(mirror), settings)
     finish = spread.end.max()
     # Played backwards, transfer X waits for the reversals of the transfers that
     # forwarded what X delivered: CSR-transpose the dependency graph.
@@ -403,9 +413,9 @@ def _reduce_scatter(topology: Topology, spec: Collective, settings: FastSettings
 
 def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
     """Reduce-Scatter, then All-Gather of each reduced chunk from its owner, overlapped."""
-    reduction = _reduce_scatter(topology, spec, settings)
-    owners = np.asarray(spec.ranks, np.int64)[reduction.chunk // spec.chunks_per_rank]
-    final = np.nonzero(reduction.dst == owners)[0]  # reductions into the owner
+    at_owners = Sources.at(reduction_owners(topology, spec))
+    reduction = _reduce_scatter(topology, spec, settings, at_owners)
+    final = np.nonzero(reduction.dst == at_owners.node[reduction.chunk])[0]  # into the owner
     final = final[np.argsort(reduction.chunk[final], kind="stable")]
     final_chunks = reduction.chunk[final]
     ptr = np.zeros(spec.num_chunks + 1, np.int64)
@@ -414,7 +424,6 @@ def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) ->
     np.maximum.at(ready, final_chunks, reduction.end[final])
     link_free_at = np.zeros(len(topology.links))
     np.maximum.at(link_free_at, reduction.link, reduction.end)
-    at_owners = Sources.at_owners(spec)
     sources = Sources(at_owners.node, at_owners.chunk, ready, ptr, final)
     return _spread(topology, spec, sources, settings, link_free_at=link_free_at, earlier=reduction)
 
