@@ -7,9 +7,10 @@
   topology: Reduce-Scatter mirrors All-Gather, Reduce mirrors Broadcast. Each
   spreading tree of a chunk becomes a reduction tree into its owner; transfers
   into NPUs become reductions (switch hops stay plain forwards).
-* All-Reduce: Reduce-Scatter, then an All-Gather of the reduced chunks that
-  starts each chunk as soon as its reduction completes and each link as soon as
-  its Reduce-Scatter work is done (the two phases overlap).
+* All-Reduce: Reduce-Scatter into owners levelled by bandwidth
+  (:mod:`.ownership`), then an All-Gather of the reduced chunks that starts
+  each chunk as soon as its reduction completes and each link as soon as its
+  Reduce-Scatter work is done (the two phases overlap).
 
 Several tenants (collectives of one kind on disjoint rank groups) are
 synthesized jointly on one link timeline: their chunks get disjoint global ids,
