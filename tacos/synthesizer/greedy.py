@@ -199,7 +199,8 @@ class _SpreadState:
             for chunk in _members(want):
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
-        self._nearest_first: dict[int, tuple[list[float], list[int]]] = {}
+        self._into: defaultdict[int, list[tuple[int, float]]] | None = None
+        self.near = _NearHoldings(self._distances_to, self.holds, self.incoming)
         self.fabric = Fabric(topology, self.durations) if topology.num_switches else None
         for source in sources:
             self.copies[source.chunk] += 1
@@ -222,6 +223,7 @@ class _SpreadState:
                 continue
             if kind == _AVAILABLE:
                 node, chunk = b, a
+                self.near.gain(node, 1 << chunk)
             else:
                 transfer = self.transfers[a]
                 node, chunk = transfer.dst, transfer.chunk
@@ -256,7 +258,7 @@ class _SpreadState:
         keyed = sorted((arrive, self.rng.random(), dst) for dst, (arrive, *_) in paths.items())
         for _, _, dst in keyed:
             _, path_us, links = paths[dst]
-            chunk = self._pick_chunk(sender, dst, self._near_holdings(dst, path_us))
+            chunk = self._pick_chunk(sender, dst, self.near.holdings(dst, path_us))
             if chunk is not None:
                 self._send(sender, dst, links, chunk, now)
                 return
@@ -286,34 +288,10 @@ class _SpreadState:
                 return True
         return False
 
-    def _near_holdings(self, v: int, path_us: float) -> int:
-        """Chunks that nodes nearer to ``v`` than ``path_us`` hold or are receiving.
-
-        A path through switches shares its links with many others (NICs,
-        inter-switch links), so a chunk should cross it only when no node closer
-        to ``v`` has it: from there it reaches ``v`` sooner and over cheaper links.
-        This is what makes a chunk enter each node or pod of a cluster once and
-        spread inside it locally.
-        """
-        nearest = self._nearest_first.get(v)
-        if nearest is None:
-            distance = self._distances_to(v)
-            order = sorted((d, node) for node, d in distance.items() if node != v)
-            nearest = ([d for d, _ in order], [node for _, node in order])
-            self._nearest_first[v] = nearest
-        distances, nodes = nearest
-        held = 0
-        for node in nodes[: bisect.bisect_left(distances, path_us * NEARER)]:
-            held |= self.holds[node] | self.incoming[node]
-        return held
-
     def _distances_to(self, target: int) -> dict[int, float]:
         """Per-chunk time from every NPU to ``target`` over routes (cached)."""
         if target not in self._distance_to:
-            into: dict[int, list[tuple[int, float]]] = defaultdict(list)
-            for routes in self.routes_by_link.values():
-                for r in routes:
-                    into[r.dst].append((r.src, sum(self.durations[i] for i in r.links)))
+            into = self._routes_into()
             dist = {target: 0.0}
             heap = [(0.0, target)]
             while heap:
@@ -326,6 +304,15 @@ class _SpreadState:
                         heapq.heappush(heap, (d + cost, prev))
             self._distance_to[target] = dist
         return self._distance_to[target]
+
+    def _routes_into(self) -> dict[int, list[tuple[int, float]]]:
+        """Per node, the (source, per-chunk time) of every route into it (built once)."""
+        if self._into is None:
+            self._into = defaultdict(list)
+            for routes in self.routes_by_link.values():
+                for r in routes:
+                    self._into[r.dst].append((r.src, sum(self.durations[i] for i in r.links)))
+        return self._into
 
     def _rarest(self, bits: int, v: int) -> int:
         """The chunk held by fewest in-neighbours of ``v``, then with fewest copies.
@@ -378,6 +365,7 @@ class _SpreadState:
         self.sender_of[len(self.transfers) - 1] = u
         self.outstanding[u] += 1
         self.incoming[v] |= 1 << chunk
+        self.near.gain(v, 1 << chunk)
         self.copies[chunk] += 1
 
     def first_missing(self) -> tuple[int, int]:
@@ -385,6 +373,57 @@ class _SpreadState:
             for chunk in _members(want & ~self.holds[node]):
                 return node, chunk
         raise AssertionError("nothing is missing")
+
+
+class _NearHoldings:
+    """Per receiver, the chunks that nodes nearer to it than a path hold or are receiving.
+
+    A path through switches shares its links with many others (NICs,
+    inter-switch links), so a chunk should cross it only when no node closer
+    to the receiver has it: from there it reaches the receiver sooner and over
+    cheaper links. This is what makes a chunk enter each server or pod of a
+    cluster once and spread inside it locally.
+
+    What a node holds or is receiving only grows, so each answer is kept as a
+    bit set that is or-ed with every chunk a node nearer than its cut gains.
+    """
+
+    def __init__(
+        self, distances_to: Callable[[int], dict[int, float]], holds: list[int], incoming: list[int]
+    ) -> None:
+        self._distances_to = distances_to
+        self._holds = holds
+        self._incoming = incoming
+        self._nearest_first: dict[int, tuple[list[float], list[int]]] = {}
+        self._masks: dict[tuple[int, int], int] = {}
+        self._watchers: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
+
+    def holdings(self, v: int, path_us: float) -> int:
+        """Chunks held or being received by nodes nearer to ``v`` than ``path_us``."""
+        distances, nodes = self._nearest(v)
+        key = (v, bisect.bisect_left(distances, path_us * NEARER))
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = 0
+            for node in nodes[: key[1]]:
+                mask |= self._holds[node] | self._incoming[node]
+                self._watchers[node].append(key)
+            self._masks[key] = mask
+        return mask
+
+    def gain(self, node: int, bit: int) -> None:
+        """``node`` now holds or is receiving the chunk ``bit``."""
+        for key in self._watchers.get(node, ()):
+            self._masks[key] |= bit
+
+    def _nearest(self, v: int) -> tuple[list[float], list[int]]:
+        """Nodes other than ``v`` by distance to ``v`` (and their distances)."""
+        found = self._nearest_first.get(v)
+        if found is None:
+            order = sorted((d, node) for node, d in self._distances_to(v).items() if node != v)
+            found = ([d for d, _ in order], [node for _, node in order])
+            self._nearest_first[v] = found
+        return found
 
 
 def _members(bits: int) -> Iterable[int]:

@@ -89,9 +89,9 @@ class Fabric:
     def __init__(self, topology: Topology, times: list[float]) -> None:
         self.topology = topology
         self.times = times
-        # Static path lengths are compared after rounding, so that equal-cost paths
-        # whose sums differ in the last bit still count as equal.
-        self._cost = [round(t, 6) for t in times]
+        # Static path lengths are compared in whole picoseconds, so that equal-cost
+        # paths whose float sums differ in the last bit still count as equal.
+        self._cost_ps = [round(t * 1e6) for t in times]
 
     def earliest(
         self, first_link: int, start: float, free_at: list[float]
@@ -99,36 +99,34 @@ class Fabric:
         """Per NPU reached through the switch at the end of ``first_link``: its path.
 
         A path is (arrival time, per-chunk path time without queueing, links).
-
         The chunk leaves on ``first_link`` at ``start``; every path is a
         statically shortest one, and among those the earliest to arrive.
         """
-        topo, times, cost = self.topology, self.times, self._cost
+        topo, times, cost = self.topology, self.times, self._cost_ps
         source = topo.links[first_link].src
         entry = topo.links[first_link].dst
         arrival = max(start, free_at[first_link]) + times[first_link]
-        heap: list[tuple[float, float, tuple[int, ...], int]] = [
-            (cost[first_link], arrival, (first_link,), entry)
+        heap: list[tuple[int, float, float, tuple[int, ...], int]] = [
+            (cost[first_link], arrival, times[first_link], (first_link,), entry)
         ]
         settled: set[int] = set()
-        found: dict[int, tuple[float, float, tuple[int, ...]]] = {}
+        found: dict[int, tuple[int, float, float, tuple[int, ...]]] = {}
         while heap:
-            length, ready, path, node = heapq.heappop(heap)
+            length, ready, path_us, path, node = heapq.heappop(heap)
             if node in settled:
                 continue
             settled.add(node)
             for link_id in topo.out_links[node]:
                 nxt = topo.links[link_id].dst
                 label = (
-                    round(length + cost[link_id], 6),
+                    length + cost[link_id],
                     max(ready, free_at[link_id]) + times[link_id],
+                    path_us + times[link_id],
+                    (*path, link_id),
                 )
                 if topo.is_switch(nxt):
                     if nxt not in settled:
-                        heapq.heappush(heap, (*label, (*path, link_id), nxt))
-                elif nxt != source and (nxt not in found or label < found[nxt][:2]):
-                    found[nxt] = (*label, (*path, link_id))
-        return {
-            npu: (arrive, sum(times[i] for i in links), links)
-            for npu, (_, arrive, links) in found.items()
-        }
+                        heapq.heappush(heap, (*label, nxt))
+                elif nxt != source and (nxt not in found or label[:2] < found[nxt][:2]):
+                    found[nxt] = label
+        return {npu: (arrive, path_us, links) for npu, (_, arrive, path_us, links) in found.items()}
