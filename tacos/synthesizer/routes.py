@@ -5,7 +5,9 @@ direct link between two NPUs is a one-hop route. Switches have no buffers a
 schedule could use: a chunk entering a switch must leave it towards one NPU
 (unicast, as in ASTRA-sim and NCCL). So for every NPU ``u`` and every NPU ``v``
 reachable from ``u`` through switches only, there is one route: the fastest
-such path (per-chunk link times; ties to the lowest node ids).
+such path (per-chunk link times; ties to the lowest node ids). Routes say who
+reaches whom and how far it is; which of the equally fast paths a chunk
+really takes is chosen when it is sent, by :class:`Fabric`.
 
 Example:
     >>> from tacos.topology import from_spec
