@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
-from tacos.synthesizer.ownership import level_shares, reduction_owners
+from tacos.synthesizer.ownership import level_shares, owner_layouts, reduction_owners
 from tacos.topology import from_spec
 
 bandwidths = st.lists(st.sampled_from([1.0, 2.0, 3.0, 4.0, 12.5, 50.0]), min_size=2, max_size=12)
@@ -43,3 +43,13 @@ def test_levelled_ownership_speeds_up_all_reduce_on_a_mesh():
     schedule = tacos.synthesize(topology, spec, seed=0)
     tacos.verify(schedule)
     assert schedule.collective_time_us <= 1.45 * tacos.lower_bounds(topology, spec).best_us
+
+
+def test_both_layouts_are_tried_only_where_they_differ():
+    def layouts(spec_text: str) -> list[bool]:
+        topology = from_spec(spec_text)
+        spec = Collective(CollectiveKind.ALL_REDUCE, tuple(topology.npus), 2, 2**20)
+        return owner_layouts(topology, [spec])
+
+    assert layouts("torus2d:4x4") == [True]
+    assert layouts("mesh2d:4x4") == [True, False]

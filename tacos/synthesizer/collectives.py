@@ -29,7 +29,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
-from tacos.synthesizer.ownership import reduction_owners
+from tacos.synthesizer.ownership import owner_layouts, reduction_owners
 from tacos.synthesizer.timing import prune, renumber, retime_asap
 from tacos.topology import Topology
 
@@ -168,12 +168,30 @@ def _reduce_by_mirroring(
 
 
 def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> list[Transfer]:
-    """Reduce-Scatter, then All-Gather of each reduced chunk from its owner."""
+    """The faster All-Reduce of the owner layouts worth trying (:func:`.owner_layouts`).
+
+    Each starts from the same random state; progress is reported for the first only.
+    """
+    state = settings.rng.getstate()
+    best: list[Transfer] = []
+    for attempt, levelled in enumerate(owner_layouts(topology, tenants.specs)):
+        settings.rng.setstate(state)
+        quiet = settings if attempt == 0 else replace(settings, on_delivery=None)
+        transfers = _all_reduce_owned(topology, tenants, quiet, levelled)
+        if not best or max(t.end for t in transfers) < max(t.end for t in best):
+            best = transfers
+    return best
+
+
+def _all_reduce_owned(
+    topology: Topology, tenants: Tenants, settings: Settings, levelled: bool
+) -> list[Transfer]:
+    """Reduce-Scatter into owners, then All-Gather of each reduced chunk from its owner."""
     scatter = tenants.as_kind(CollectiveKind.REDUCE_SCATTER)
     owner = {
         offset + chunk: int(npu)
         for spec, offset in zip(tenants.specs, tenants.offsets, strict=True)
-        for chunk, npu in enumerate(reduction_owners(topology, spec))
+        for chunk, npu in enumerate(reduction_owners(topology, spec, levelled=levelled))
     }
     reduction = _reduce_by_mirroring(
         topology, scatter, settings, [ChunkSource(owner[c], c) for c in sorted(owner)]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,7 +48,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
-from tacos.synthesizer.ownership import reduction_owners
+from tacos.synthesizer.ownership import owner_layouts, reduction_owners
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -412,8 +412,24 @@ def _reduce_scatter(
 
 
 def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
+    """The faster All-Reduce of the owner layouts worth trying, as the reference does."""
+    state = settings.rng.getstate()
+    best: TransferTable | None = None
+    for attempt, levelled in enumerate(owner_layouts(topology, [spec])):
+        settings.rng.setstate(state)
+        quiet = settings if attempt == 0 else replace(settings, on_delivery=None)
+        table = _all_reduce_owned(topology, spec, quiet, levelled)
+        if best is None or table.end.max() < best.end.max():
+            best = table
+    assert best is not None
+    return best
+
+
+def _all_reduce_owned(
+    topology: Topology, spec: Collective, settings: FastSettings, levelled: bool
+) -> TransferTable:
     """Reduce-Scatter, then All-Gather of each reduced chunk from its owner, overlapped."""
-    at_owners = Sources.at(reduction_owners(topology, spec))
+    at_owners = Sources.at(reduction_owners(topology, spec, levelled=levelled))
     reduction = _reduce_scatter(topology, spec, settings, at_owners)
     final = np.nonzero(reduction.dst == at_owners.node[reduction.chunk])[0]  # into the owner
     final = final[np.argsort(reduction.chunk[final], kind="stable")]

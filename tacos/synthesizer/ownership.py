@@ -31,12 +31,15 @@ _BISECTION_STEPS = 100
 """Halvings of the level's interval: far below one chunk for any count."""
 
 
-def reduction_owners(topology: Topology, spec: Collective) -> np.ndarray:
+def reduction_owners(topology: Topology, spec: Collective, *, levelled: bool = True) -> np.ndarray:
     """The owning NPU of each chunk of ``spec``, in contiguous blocks in rank order.
 
     NPUs of equal bandwidth own ``chunks_per_rank`` each, as the collective
-    itself lays chunks out, so uniform networks keep that layout.
+    itself lays chunks out, so uniform networks keep that layout; so does
+    ``levelled=False`` on any network.
     """
+    if not levelled:
+        return np.repeat(np.asarray(spec.ranks, np.int64), spec.chunks_per_rank)
     bandwidth = [
         min(
             sum(topology.links[i].bandwidth_GBps for i in topology.in_links[rank]),
@@ -46,6 +49,23 @@ def reduction_owners(topology: Topology, spec: Collective) -> np.ndarray:
     ]
     shares = level_shares(spec.num_chunks, bandwidth)
     return np.repeat(np.asarray(spec.ranks, np.int64), shares)
+
+
+def owner_layouts(topology: Topology, specs: Sequence[Collective]) -> list[bool]:
+    """The ``levelled`` values worth synthesizing: levelled first, the collective's own
+    layout too where it differs.
+
+    Levelling is the better bet (up to 1.4x faster All-Reduce on meshes), but with
+    one chunk per NPU on uneven networks its rounding can cost a few percent; both
+    layouts are valid, so the engines build both and keep the faster.
+    """
+    differs = any(
+        not np.array_equal(
+            reduction_owners(topology, spec), reduction_owners(topology, spec, levelled=False)
+        )
+        for spec in specs
+    )
+    return [True, False] if differs else [True]
 
 
 def level_shares(total: int, bandwidth: Sequence[float]) -> list[int]:
