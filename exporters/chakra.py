@@ -33,19 +33,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tacos.chakra_io import CHAKRA_VERSION, GlobalMetadata, Node, NodeType, attr, write_et
 from tacos.errors import TacosError
 from tacos.exporters.astra_config import ET_PREFIX, WORKLOAD_PREFIX, plan_bundle
 from tacos.exporters.base import ExportOptions, ExportResult
+from tacos.formats.chakra import (
+    CHAKRA_VERSION,
+    CHUNK_ATTRIBUTE,
+    GlobalMetadata,
+    Node,
+    NodeType,
+    attr,
+    write_et,
+)
 from tacos.output import atomic_directory, check_directory_target, write_text_atomic
 from tacos.schedule import Op, RankStep, Schedule, StepKind
 
 FORMAT_NAME = "chakra"
 PORT = -1
 """Queue key of an NPU's one port, for schedules made with one send in flight per NPU."""
-CHUNK_ATTRIBUTE = "tacos_chunk"
-"""Which collective chunk a send or receive moves (int64). ASTRA-sim ignores it; importers
-use it to recover the data each message carries without guessing."""
 MAX_TAGS = 500_000_000
 """ASTRA-sim matches comm_tag modulo 5e8, so larger tags would alias."""
 

@@ -6,7 +6,7 @@ peer and receive from one peer over a channel's connections. Lowering a
 schedule (a time-ordered list of chunk transfers) takes five decisions:
 
 * **Buffers.** Chunk ``c`` of the collective lives at the MSCCL chunk offsets
-  of the buffer table in :mod:`tacos.importers.msccl_xml` (``nchunksperloop`` =
+  of the buffer table in :mod:`tacos.formats.msccl.runtime` (``nchunksperloop`` =
   the collective's chunk count, or R*C for All-to-All): where the collective
   puts its input (``i``) and where it
   wants its output (``o``). Data a rank only relays, or partial sums it does
@@ -55,7 +55,7 @@ schedule (a time-ordered list of chunk transfers) takes five decisions:
 When a limit of the runtime cannot be met (steps per threadblock,
 threadblocks per GPU, peers per channel, ``depid`` range, XML elements per
 rank, connection buffers) the export fails with a message naming the limit and what to change.
-:mod:`tacos.importers.msccl` checks the result independently.
+:mod:`tacos.formats.msccl.check` checks the result independently.
 
 ``-o DIR`` writes ``DIR/<name>.xml``; ``-o FILE.xml`` writes that file.
 """
@@ -74,7 +74,7 @@ from lxml import etree
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters.base import ExportOptions, ExportResult
-from tacos.importers.msccl import (
+from tacos.formats.msccl import (
     FIFO_CALLS,
     MAX_COUNT,
     MAX_DEPID,
@@ -571,7 +571,7 @@ def _messages(schedule: Schedule) -> list[_Message]:
 # ================================================================ buffers
 class _Layout:
     """Where each chunk of the collective lives in the MSCCL buffers (the buffer table of
-    :mod:`tacos.importers.msccl_xml`)."""
+    :mod:`tacos.formats.msccl.runtime`)."""
 
     def __init__(self, spec: Collective, runtime: Runtime) -> None:
         self.spec, self.kind = spec, spec.kind

@@ -47,10 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tacos.chakra_io import GlobalMetadata, Node, NodeType, get_attr, read_et
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.exporters.chakra import CHUNK_ATTRIBUTE
+from tacos.formats.chakra import CHUNK_ATTRIBUTE, GlobalMetadata, Node, NodeType, get_attr, read_et
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.synthesizer.routes import Route, routes_from
 from tacos.topology import Topology

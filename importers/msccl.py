@@ -1,18 +1,11 @@
-"""MSCCL algorithm XML: read it safely, run it symbolically, check it, import it.
+"""MSCCL algorithm XML in: an algorithm as a Schedule.
 
-This module owns the import: :func:`to_schedule` turns the event trace of
-:func:`~tacos.importers.msccl_execute.execute` (every chunk each receive step
+:func:`to_schedule` turns the event trace of
+:func:`~tacos.formats.msccl.execute.execute` (every chunk each receive step
 took, with the earlier receives whose data it carried) into a
 :class:`~tacos.schedule.Schedule` on a fully connected topology, which
-:func:`tacos.verify` can check. The rest lives in one module per concept, and
-everything public there is re-exported here (``tacos.importers.msccl`` is
-what the CLI, the exporter and the tests import):
-
-* :mod:`tacos.importers.msccl_xml` -- the runtimes' facts (limits, step
-  semantics), the model and the safe reader with its format lint;
-* :mod:`tacos.importers.msccl_execute` -- buffer layout (in-place aliasing),
-  symbolic values, the interpreter and the collectives' postconditions;
-* :mod:`tacos.importers.msccl_check` -- the checker and its report.
+:func:`tacos.verify` can check. The program model, the XML reader, the
+checker and the interpreter are the format's own (:mod:`tacos.formats.msccl`).
 
 Example:
     >>> schedule = to_schedule(load(Path("ag_ring_8ch2_Simple.xml")))  # doctest: +SKIP
@@ -27,75 +20,21 @@ from pathlib import Path
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.importers.msccl_check import MAX_REPORTED, CheckReport, _modes, check, detect_runtime
-from tacos.importers.msccl_execute import (
-    Delivery,
-    Execution,
-    Value,
-    _describe,
-    execute,
-    in_place_slot,
-)
-from tacos.importers.msccl_xml import (
-    BUFFERS,
-    CHUNK_EFFECTIVE_BYTES,
-    FIFO_CALLS,
-    LEGACY_DEFAULT_MAX_BYTES,
-    MAX_ATTRIBUTES,
-    MAX_COUNT,
-    MAX_DEPID,
-    MAX_NODES_PER_RANK,
-    MAX_TBS_PER_CHANNEL,
-    MAX_VALUE_CHARS,
-    PROTOCOLS,
+from tacos.formats.msccl import (
     RUNTIMES,
-    STEP_TYPES,
     Algorithm,
-    Gpu,
-    Runtime,
-    Step,
+    Delivery,
     StepRef,
-    StepType,
-    ThreadBlock,
+    Value,
+    call_modes,
+    check,
+    describe_value,
+    detect_runtime,
+    execute,
     load,
 )
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.topology import Topology
-
-__all__ = [
-    "BUFFERS",
-    "CHUNK_EFFECTIVE_BYTES",
-    "FIFO_CALLS",
-    "LEGACY_DEFAULT_MAX_BYTES",
-    "MAX_ATTRIBUTES",
-    "MAX_COUNT",
-    "MAX_DEPID",
-    "MAX_NODES_PER_RANK",
-    "MAX_REPORTED",
-    "MAX_TBS_PER_CHANNEL",
-    "MAX_VALUE_CHARS",
-    "PROTOCOLS",
-    "RUNTIMES",
-    "STEP_TYPES",
-    "Algorithm",
-    "CheckReport",
-    "Delivery",
-    "Execution",
-    "Gpu",
-    "Runtime",
-    "Step",
-    "StepRef",
-    "StepType",
-    "ThreadBlock",
-    "Value",
-    "check",
-    "detect_runtime",
-    "execute",
-    "import_schedule",
-    "in_place_slot",
-    "load",
-    "to_schedule",
-]
 
 K = CollectiveKind
 
@@ -135,7 +74,7 @@ def to_schedule(
         topology = Topology.fully_connected(ngpus)
     elif topology.num_npus < ngpus:
         raise TacosError(f"{algorithm.source}: {ngpus} GPUs do not fit {topology.describe()}")
-    execution = execute(algorithm, inplace=_modes(algorithm, runtime)[0], track_data=True)
+    execution = execute(algorithm, inplace=call_modes(algorithm, runtime)[0], track_data=True)
     return _ScheduleBuilder(spec, topology, n).build(execution.deliveries, algorithm.source)
 
 
@@ -177,7 +116,7 @@ class _ScheduleBuilder:
             or (len(pairs) > 1 and not spec.kind.reduces)
         ):
             raise TacosError(
-                f"{source}: {where} moves {_describe(value, n)}, which is no chunk of the "
+                f"{source}: {where} moves {describe_value(value, n)}, which is no chunk of the "
                 f"{spec.kind}"
             )
         rank, c = pairs[0]

@@ -22,6 +22,7 @@ from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
 from tacos.exporters import EXPORTERS, ExportOptions, get_exporter
 from tacos.failures import parse_groups, parse_ids, parse_links, to_current_ids, without_failures
+from tacos.formats import msccl as msccl_xml
 from tacos.importers import (
     SCHEDULE_IMPORTERS,
     import_schedule,
@@ -29,7 +30,6 @@ from tacos.importers import (
     reads_topology,
     schedule_format_of,
 )
-from tacos.importers import msccl as msccl_xml
 from tacos.importers.base import TopologyImport
 from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 import tacos
-from tacos.chakra_io import NodeType, get_attr, read_et
 from tacos.cli import export_main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import chakra
 from tacos.exporters.astra_config import analytical_network
 from tacos.exporters.base import ExportOptions
+from tacos.formats.chakra import NodeType, get_attr, read_et
 from tacos.importers.chakra import load_et_set, match_messages
 from tacos.topology import Link, Topology
 

@@ -15,7 +15,11 @@ from paths import REFERENCE_DIR
 from test_astra_sim_replay import BINARY, run_bundle
 
 import tacos
-from tacos.chakra_io import (
+from tacos.collective import Collective, CollectiveKind
+from tacos.errors import TacosError
+from tacos.exporters import chakra as chakra_export
+from tacos.exporters.base import ExportOptions
+from tacos.formats.chakra import (
     CHAKRA_VERSION,
     GlobalMetadata,
     Node,
@@ -25,10 +29,6 @@ from tacos.chakra_io import (
     read_et,
     write_et,
 )
-from tacos.collective import Collective, CollectiveKind
-from tacos.errors import TacosError
-from tacos.exporters import chakra as chakra_export
-from tacos.exporters.base import ExportOptions
 from tacos.importers.chakra import import_schedule, prefix_of
 from tacos.schedule import Op
 from tacos.topology import Link, Topology

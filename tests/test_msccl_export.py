@@ -23,7 +23,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import msccl
 from tacos.exporters.base import ExportOptions
-from tacos.importers import msccl as checker
+from tacos.formats import msccl as checker
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.topology import Link, Topology
 
