@@ -69,8 +69,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lxml import etree
-
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters.base import ExportOptions, ExportResult
@@ -83,8 +81,14 @@ from tacos.formats.msccl import (
     PROTOCOLS,
     RUNTIMES,
     STEP_TYPES,
+    Algorithm,
+    Gpu,
     Runtime,
+    Step,
+    ThreadBlock,
+    call_modes,
     in_place_slot,
+    to_xml,
 )
 from tacos.output import check_file_in_directory, check_file_target, write_bytes_atomic
 from tacos.schedule import Op, Schedule
@@ -138,13 +142,33 @@ def check_target(out: Path, options: ExportOptions) -> None:
 
 def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
     """Write the algorithm XML; the file is replaced atomically."""
-    program = lower(schedule, MscclOptions.from_settings(options))
+    chosen = MscclOptions.from_settings(options)
+    program = lower(schedule, chosen)
     target = out if out.suffix.lower() == ".xml" else out / f"{program.name}.xml"
-    write_bytes_atomic(target, program.to_xml())
-    return ExportResult(files=[target], ranks=program.ngpus, notes=program.notes())
+    write_bytes_atomic(target, to_xml(program))
+    return ExportResult(files=[target], ranks=program.ngpus, notes=notes(program, chosen))
 
 
-# ================================================================ lowered program
+def notes(program: Algorithm, options: MscclOptions) -> list[str]:
+    """What the export summary says of a lowered program: its size against the limits."""
+    steps = max((len(tb.steps) for g in program.gpus for tb in g.threadblocks), default=0)
+    tbs = max(len(g.threadblocks) for g in program.gpus)
+    rt = RUNTIMES[options.runtime]
+    served = call_modes(program, rt)
+    modes = " and ".join(
+        m for m, inplace in (("in-place", True), ("out-of-place", False)) if inplace in served
+    )
+    return [
+        f"{rt.name} runtime, {program.proto}: up to {tbs} threadblocks per GPU "
+        f"(limit {rt.max_threadblocks}), {steps} steps per threadblock (limit "
+        f"{rt.max_steps}), {program.nchannels} channel(s); serves {modes} {program.coll} calls"
+    ]
+
+
+# ================================================================ the plan
+# The lowering's working state: steps that still carry the messages they move and
+# the steps they wait for. Numbered at the end, they become the program model
+# (:mod:`tacos.formats.msccl.model`) that the writer, the reader and the checker share.
 @dataclass(eq=False)
 class _Message:
     """A chunk going from one rank to another (a transfer, or a route through switches)."""
@@ -163,7 +187,7 @@ class _Message:
 
 
 @dataclass(eq=False)
-class _Step:
+class _PlannedStep:
     """One step before numbering; ``recvs``/``sends`` are the messages it moves, in order."""
 
     type: str
@@ -173,8 +197,8 @@ class _Step:
     cnt: int = 1
     recvs: list[_Message] = field(default_factory=list)
     sends: list[_Message] = field(default_factory=list)
-    tb: _ThreadBlock | None = None
-    waits: list[_Step] = field(default_factory=list)
+    tb: _PlannedThreadBlock | None = None
+    waits: list[_PlannedStep] = field(default_factory=list)
     signals: bool = False
 
     def slots(self) -> tuple[list[Slot], list[Slot]]:
@@ -191,111 +215,23 @@ def _span(slot: Slot | None, cnt: int) -> list[Slot]:
 
 
 @dataclass(eq=False)
-class _ThreadBlock:
+class _PlannedThreadBlock:
     send: int
     recv: int
     chan: int
-    steps: list[_Step] = field(default_factory=list)
+    steps: list[_PlannedStep] = field(default_factory=list)
     id: int = -1
 
 
 @dataclass
-class _Gpu:
+class _PlannedGpu:
     id: int
     sizes: dict[str, int]
-    threadblocks: list[_ThreadBlock] = field(default_factory=list)
-
-
-@dataclass
-class MscclProgram:
-    """The lowered algorithm; :meth:`to_xml` writes it as the runtimes read it."""
-
-    name: str
-    coll: str
-    proto: str
-    nchannels: int
-    nchunksperloop: int
-    runtime: Runtime
-    inplace: bool
-    outofplace: bool
-    gpus: list[_Gpu]
-
-    @property
-    def ngpus(self) -> int:
-        return len(self.gpus)
-
-    def to_xml(self) -> bytes:
-        """No declaration, one line per element, double quotes, single spaces (lxml's output)."""
-        algo = etree.Element("algo")
-        attributes = {
-            "name": self.name,
-            "proto": self.proto,
-            "nchannels": self.nchannels,
-            "nchunksperloop": self.nchunksperloop,
-            "ngpus": self.ngpus,
-            "coll": self.coll,
-            "inplace": int(self.inplace),
-        }
-        if self.runtime.executor_format:
-            attributes |= {"outofplace": int(self.outofplace), "minBytes": 0, "maxBytes": 0}
-        _set(algo, attributes)
-        for gpu in self.gpus:
-            gpu_element = etree.SubElement(algo, "gpu")
-            sizes = {f"{b}_chunks": gpu.sizes[b] for b in ("i", "o", "s")}
-            _set(gpu_element, {"id": gpu.id, **sizes})
-            for tb in gpu.threadblocks:
-                tb_element = etree.SubElement(gpu_element, "tb")
-                _set(tb_element, {"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan})
-                for position, step in enumerate(tb.steps):
-                    _set(etree.SubElement(tb_element, "step"), _step_attributes(position, step))
-        return bytes(etree.tostring(algo, pretty_print=True))
-
-    def notes(self) -> list[str]:
-        steps = max((len(tb.steps) for g in self.gpus for tb in g.threadblocks), default=0)
-        tbs = max(len(g.threadblocks) for g in self.gpus)
-        rt = self.runtime
-        modes = " and ".join(
-            m for m, on in (("in-place", self.inplace), ("out-of-place", self.outofplace)) if on
-        )
-        return [
-            f"{rt.name} runtime, {self.proto}: up to {tbs} threadblocks per GPU "
-            f"(limit {rt.max_threadblocks}), {steps} steps per threadblock (limit "
-            f"{rt.max_steps}), {self.nchannels} channel(s); serves {modes} {self.coll} calls"
-        ]
-
-
-def _set(element: etree._Element, attributes: dict[str, object]) -> None:
-    for name, value in attributes.items():
-        element.set(name, str(value))
-
-
-def _step_attributes(position: int, step: _Step) -> dict[str, object]:
-    """The ten attributes every step needs, ``nop`` included (unused sides mirror the used)."""
-    if step.type == "nop":
-        src: Slot = ("i", -1)
-        dst: Slot = ("o", -1)
-        cnt = 0
-    else:
-        used = step.src or step.dst
-        assert used is not None
-        src, dst, cnt = step.src or used, step.dst or used, step.cnt
-    wait = step.waits[-1] if step.waits else None
-    return {
-        "s": position,
-        "type": step.type,
-        "srcbuf": src[0],
-        "srcoff": src[1],
-        "dstbuf": dst[0],
-        "dstoff": dst[1],
-        "cnt": cnt,
-        "depid": wait.tb.id if wait and wait.tb else -1,
-        "deps": wait.tb.steps.index(wait) if wait and wait.tb else -1,
-        "hasdep": int(step.signals),
-    }
+    threadblocks: list[_PlannedThreadBlock] = field(default_factory=list)
 
 
 # ================================================================ lowering
-def lower(schedule: Schedule, options: MscclOptions | None = None) -> MscclProgram:
+def lower(schedule: Schedule, options: MscclOptions | None = None) -> Algorithm:
     """The schedule as an MSCCL program for one runtime, protocol and channel count.
 
     Raises :class:`TacosError` when the schedule does not verify (the lowering
@@ -329,15 +265,15 @@ class _Lowering:
         for message in self.messages:
             message.channel = message.chunk % options.nchannels
         self.channels_used = 1 + max((m.channel for m in self.messages), default=0)
-        self.send_step: dict[int, _Step] = {}
-        self.recv_step: dict[int, _Step] = {}
+        self.send_step: dict[int, _PlannedStep] = {}
+        self.recv_step: dict[int, _PlannedStep] = {}
 
-    def run(self) -> MscclProgram:
+    def run(self) -> Algorithm:
         spec, layout = self.spec, self.layout
         plans = [_SlotPlan(self.layout, g, self.messages) for g in range(spec.num_ranks)]
         gpus = []
         for rank, plan in enumerate(plans):
-            gpu = _Gpu(rank, layout.sizes(plan.scratch))
+            gpu = _PlannedGpu(rank, layout.sizes(plan.scratch))
             gpu.threadblocks = self._threadblocks(rank, plan)
             gpus.append(gpu)
         capacity = FIFO_CALLS[self.options.proto]
@@ -353,20 +289,24 @@ class _Lowering:
             f"tacos_{layout.coll}_{self.schedule.topology.name or 'topology'}_"
             f"{self.options.proto}_ch{self.channels_used}",
         )[:120]
-        return MscclProgram(
+        executor = self.runtime.executor_format
+        return Algorithm(
+            source=f"{name}.xml",
             name=name,
-            coll=layout.coll,
             proto=self.options.proto,
             nchannels=self.channels_used,
             nchunksperloop=layout.nchunks,
-            runtime=self.runtime,
-            inplace=layout.inplace,
-            outofplace=layout.outofplace,
-            gpus=gpus,
+            ngpus=len(gpus),
+            coll=layout.coll,
+            inplace=int(layout.inplace),
+            outofplace=int(layout.outofplace) if executor else None,
+            min_bytes=0 if executor else None,
+            max_bytes=0 if executor else None,
+            gpus=tuple(_gpu_model(gpu) for gpu in gpus),
         )
 
     # ------------------------------------------------------------ threadblocks
-    def _threadblocks(self, rank: int, plan: _SlotPlan) -> list[_ThreadBlock]:
+    def _threadblocks(self, rank: int, plan: _SlotPlan) -> list[_PlannedThreadBlock]:
         """Pair receive and send streams per channel where steps fuse; build their steps."""
         recv_streams: dict[tuple[int, int], list[_Message]] = defaultdict(list)
         send_streams: dict[tuple[int, int], list[_Message]] = defaultdict(list)
@@ -396,9 +336,9 @@ class _Lowering:
             lone_sends.remove(partner)
             excess -= 1
         self._check_channel_fan_out(rank, recv_streams, send_streams)
-        blocks = [_ThreadBlock(p, q, chan) for (chan, q), p in pairs.items()]
-        blocks += [_ThreadBlock(-1, q, chan) for chan, q in lone_recvs]
-        blocks += [_ThreadBlock(p, -1, chan) for chan, p in lone_sends]
+        blocks = [_PlannedThreadBlock(p, q, chan) for (chan, q), p in pairs.items()]
+        blocks += [_PlannedThreadBlock(-1, q, chan) for chan, q in lone_recvs]
+        blocks += [_PlannedThreadBlock(p, -1, chan) for chan, p in lone_sends]
         for tb in blocks:
             events = [(m.key(True), m, True) for m in recv_streams.get((tb.chan, tb.recv), [])]
             events += [(m.key(False), m, False) for m in send_streams.get((tb.chan, tb.send), [])]
@@ -435,15 +375,17 @@ class _Lowering:
                         "this topology's fan-out cannot be expressed in MSCCL"
                     )
 
-    def _steps(self, events: Sequence[tuple[Key, _Message, bool]], plan: _SlotPlan) -> list[_Step]:
+    def _steps(
+        self, events: Sequence[tuple[Key, _Message, bool]], plan: _SlotPlan
+    ) -> list[_PlannedStep]:
         """A threadblock's steps: its events in order, a receive fused with the next send
         when that send forwards exactly what the receive left."""
-        steps: list[_Step] = []
+        steps: list[_PlannedStep] = []
         i = 0
         while i < len(events):
             key, message, receiving = events[i]
             if not receiving:
-                step = _Step("s", key, src=plan.send_src[message.index], sends=[message])
+                step = _PlannedStep("s", key, src=plan.send_src[message.index], sends=[message])
                 self.send_step[message.index] = step
                 steps.append(step)
                 i += 1
@@ -452,11 +394,11 @@ class _Lowering:
             after = events[i + 1][1] if i + 1 < len(events) and not events[i + 1][2] else None
             fused = after is not None and plan.forwards(message, after)
             if recv.src is None:
-                step = _Step("rcs" if fused else "r", key, dst=recv.dst)
+                step = _PlannedStep("rcs" if fused else "r", key, dst=recv.dst)
             elif fused and not recv.keep_when_forwarded:
-                step = _Step("rrs", key, src=recv.src)
+                step = _PlannedStep("rrs", key, src=recv.src)
             else:
-                step = _Step("rrcs" if fused else "rrc", key, src=recv.src, dst=recv.dst)
+                step = _PlannedStep("rrcs" if fused else "rrc", key, src=recv.src, dst=recv.dst)
             step.recvs.append(message)
             self.recv_step[message.index] = step
             if fused:
@@ -467,7 +409,9 @@ class _Lowering:
             i += 2 if fused else 1
         return steps
 
-    def _place_local_copies(self, rank: int, plan: _SlotPlan, blocks: list[_ThreadBlock]) -> None:
+    def _place_local_copies(
+        self, rank: int, plan: _SlotPlan, blocks: list[_PlannedThreadBlock]
+    ) -> None:
         """Put each start-up copy first in the threadblock that reads its output earliest."""
         for src, dst, cnt in plan.copies:
             targets = set(_span(dst, cnt))
@@ -480,11 +424,11 @@ class _Lowering:
             if readers:
                 home = blocks[min(readers)[1]]
             else:
-                home = _ThreadBlock(-1, -1, 0)
+                home = _PlannedThreadBlock(-1, -1, 0)
                 blocks.append(home)
             for offset in range(0, cnt, MAX_COUNT):
                 piece = min(MAX_COUNT, cnt - offset)
-                copy = _Step(
+                copy = _PlannedStep(
                     "cpy",
                     _FIRST,
                     src=(src[0], src[1] + offset),
@@ -495,14 +439,14 @@ class _Lowering:
                 home.steps.insert(offset // MAX_COUNT, copy)
 
     # ------------------------------------------------------------ numbering
-    def _number(self, gpu: _Gpu) -> None:
+    def _number(self, gpu: _PlannedGpu) -> None:
         """Expand extra waits into nops, then check the runtime's limits."""
         rt = self.runtime
         for tb in gpu.threadblocks:
-            expanded: list[_Step] = []
+            expanded: list[_PlannedStep] = []
             for step in tb.steps:
                 for wait in step.waits[:-1]:
-                    expanded.append(_Step("nop", step.key, tb=tb, waits=[wait]))
+                    expanded.append(_PlannedStep("nop", step.key, tb=tb, waits=[wait]))
                 step.waits = step.waits[-1:]
                 expanded.append(step)
             tb.steps = expanded
@@ -534,35 +478,73 @@ class _Lowering:
             )
 
 
+# ================================================================ the program model
+def _gpu_model(gpu: _PlannedGpu) -> Gpu:
+    sizes = gpu.sizes
+    threadblocks = tuple(
+        ThreadBlock(
+            tb.id,
+            tb.send,
+            tb.recv,
+            tb.chan,
+            tuple(_step_model(position, step) for position, step in enumerate(tb.steps)),
+        )
+        for tb in gpu.threadblocks
+    )
+    return Gpu(gpu.id, sizes["i"], sizes["o"], sizes["s"], threadblocks)
+
+
+def _step_model(position: int, step: _PlannedStep) -> Step:
+    """The step as numbered; ``nop`` and one-sided steps fill the unused buffer side
+    as the runtimes expect (a ``nop`` names no slot, the others mirror the used side)."""
+    if step.type == "nop":
+        src: Slot = ("i", -1)
+        dst: Slot = ("o", -1)
+        cnt = 0
+    else:
+        used = step.src or step.dst
+        assert used is not None
+        src, dst, cnt = step.src or used, step.dst or used, step.cnt
+    wait = step.waits[-1] if step.waits else None
+    return Step(
+        index=position,
+        s=position,
+        type=step.type,
+        srcbuf=src[0],
+        srcoff=src[1],
+        dstbuf=dst[0],
+        dstoff=dst[1],
+        cnt=cnt,
+        depid=wait.tb.id if wait and wait.tb else -1,
+        deps=wait.tb.steps.index(wait) if wait and wait.tb else -1,
+        hasdep=int(step.signals),
+    )
+
+
 # ================================================================ messages
 def _messages(schedule: Schedule) -> list[_Message]:
-    """Rank-to-rank messages: switch hops collapse into one message (MSCCL sees no switches).
+    """Rank-to-rank messages (:meth:`Schedule.messages`: MSCCL sees no switches).
 
     A message starts when its first hop does and carries its last hop's op; it
     depends on the messages that brought its data to the sending rank.
     """
-    spec, topology, transfers = schedule.collective, schedule.topology, schedule.transfers
+    spec, transfers = schedule.collective, schedule.transfers
     rank_of = {npu: i for i, npu in enumerate(spec.ranks)}
-    message_of: dict[int, int] = {}
-    messages: list[_Message] = []
-    for index, t in enumerate(transfers):
-        if topology.is_switch(t.dst):
-            continue
-        first = index
-        while topology.is_switch(transfers[first].src):
-            first = transfers[first].deps[0]
-        head = transfers[first]
-        if head.src not in rank_of or t.dst not in rank_of:
-            outsider = head.src if head.src not in rank_of else t.dst
+    chains = schedule.messages()
+    message_of = {chain[-1]: index for index, chain in enumerate(chains)}
+    messages = []
+    for index, chain in enumerate(chains):
+        head, last = transfers[chain[0]], transfers[chain[-1]]
+        if head.src not in rank_of or last.dst not in rank_of:
+            outsider = head.src if head.src not in rank_of else last.dst
             raise TacosError(
-                f"transfer {index} involves NPU {outsider}, which is not a rank of the "
+                f"transfer {chain[-1]} involves NPU {outsider}, which is not a rank of the "
                 "collective; MSCCL algorithms run only on the communicator's GPUs"
             )
         deps = tuple(sorted({message_of[d] for d in head.deps}))
-        message_of[index] = len(messages)
         messages.append(
             _Message(
-                len(messages), rank_of[head.src], rank_of[t.dst], t.chunk, t.op, head.start, deps
+                index, rank_of[head.src], rank_of[last.dst], last.chunk, last.op, head.start, deps
             )
         )
     return messages
@@ -766,7 +748,7 @@ def _fusion_weights(
     return weights
 
 
-def _check_buffering(gpus: Sequence[_Gpu], proto: str) -> None:
+def _check_buffering(gpus: Sequence[_PlannedGpu], proto: str) -> None:
     """Refuse programs whose connections would need more buffered calls than ``proto`` has.
 
     In the canonical order every step's waits and messages come first, so the
@@ -798,7 +780,7 @@ def _check_buffering(gpus: Sequence[_Gpu], proto: str) -> None:
 
 
 # ================================================================ dependencies
-def _add_waits(gpu: _Gpu) -> None:
+def _add_waits(gpu: _PlannedGpu) -> None:
     """Make every step wait for the conflicting accesses of other threadblocks before it.
 
     Steps are replayed in their canonical order (a global order in which every
@@ -817,18 +799,18 @@ def _add_waits(gpu: _Gpu) -> None:
     position_of = {id(step): position for _, _, position, step in order}
     tb_index_of = {id(tb): index for index, tb in enumerate(gpu.threadblocks)}
 
-    def rank(step: _Step) -> tuple[Key, int, int]:
+    def rank(step: _PlannedStep) -> tuple[Key, int, int]:
         """The canonical order, made total (start-up copies share a key)."""
         assert step.tb is not None
         return step.key, tb_index_of[id(step.tb)], position_of[id(step)]
 
-    last_write: dict[Slot, _Step] = {}
-    reads_since: dict[Slot, list[_Step]] = defaultdict(list)
+    last_write: dict[Slot, _PlannedStep] = {}
+    reads_since: dict[Slot, list[_PlannedStep]] = defaultdict(list)
     known_after: dict[int, dict[int, int]] = {}
     known_in_tb: dict[int, dict[int, int]] = defaultdict(dict)
     for _, tb_index, position, step in order:
         reads, writes = step.slots()
-        conflicts: list[_Step] = []
+        conflicts: list[_PlannedStep] = []
         for slot in reads + writes:
             if slot in last_write:
                 conflicts.append(last_write[slot])
@@ -860,7 +842,10 @@ def _add_waits(gpu: _Gpu) -> None:
 
 # ================================================================ merging
 def _merge_runs(
-    gpus: Sequence[_Gpu], send_step: dict[int, _Step], recv_step: dict[int, _Step], cap: int
+    gpus: Sequence[_PlannedGpu],
+    send_step: dict[int, _PlannedStep],
+    recv_step: dict[int, _PlannedStep],
+    cap: int,
 ) -> None:
     """Merge runs of adjacent steps into steps with ``cnt`` up to ``cap`` (see module doc).
 
@@ -872,7 +857,7 @@ def _merge_runs(
     are then cut into blocks of ``cap`` from their
     start, which again matches on both ends.
     """
-    touched: dict[tuple[int, Slot], list[tuple[Key, _ThreadBlock, bool]]] = defaultdict(list)
+    touched: dict[tuple[int, Slot], list[tuple[Key, _PlannedThreadBlock, bool]]] = defaultdict(list)
     for gpu in gpus:
         for tb in gpu.threadblocks:
             for step in tb.steps:
@@ -881,7 +866,7 @@ def _merge_runs(
                     touched[(gpu.id, slot)].append((step.key, tb, False))
                 for slot in writes:
                     touched[(gpu.id, slot)].append((step.key, tb, True))
-    follower: dict[int, _Step] = {}  # id(step) -> the step it may merge with
+    follower: dict[int, _PlannedStep] = {}  # id(step) -> the step it may merge with
     for gpu in gpus:
         for tb in gpu.threadblocks:
             for i, (a, b) in enumerate(zip(tb.steps, tb.steps[1:], strict=False)):
@@ -889,7 +874,7 @@ def _merge_runs(
                 if _mergeable(a, b) and not _touched_between(gpu.id, tb, earliest_head, b, touched):
                     follower[id(a)] = b
 
-    def partners_merge(a: _Step, b: _Step) -> bool:
+    def partners_merge(a: _PlannedStep, b: _PlannedStep) -> bool:
         """Whether the steps at the other end of ``a``'s and ``b``'s messages merge too."""
         for mine, next_mine, theirs in (
             (a.recvs, b.recvs, send_step),
@@ -911,8 +896,8 @@ def _merge_runs(
                         changed = True
     for gpu in gpus:
         for tb in gpu.threadblocks:
-            merged: list[_Step] = []
-            previous: _Step | None = None
+            merged: list[_PlannedStep] = []
+            previous: _PlannedStep | None = None
             for step in tb.steps:
                 if (
                     previous is not None
@@ -931,10 +916,10 @@ def _merge_runs(
 
 def _touched_between(
     gpu: int,
-    tb: _ThreadBlock,
-    a: _Step,
-    b: _Step,
-    touched: dict[tuple[int, Slot], list[tuple[Key, _ThreadBlock, bool]]],
+    tb: _PlannedThreadBlock,
+    a: _PlannedStep,
+    b: _PlannedStep,
+    touched: dict[tuple[int, Slot], list[tuple[Key, _PlannedThreadBlock, bool]]],
 ) -> bool:
     """Whether another threadblock reads what ``b`` writes, or writes what it touches,
     between ``a`` and ``b`` (so ``b`` cannot move up to ``a``'s place). ``a`` is the
@@ -947,7 +932,7 @@ def _touched_between(
     return False
 
 
-def _mergeable(a: _Step, b: _Step) -> bool:
+def _mergeable(a: _PlannedStep, b: _PlannedStep) -> bool:
     """Same type, one chunk each, and the next chunk on every buffer side."""
     if a.type != b.type or a.type == "cpy" or a.cnt != 1 or b.cnt != 1:
         return False

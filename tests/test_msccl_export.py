@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def synthesized(topology: Topology, kind: CollectiveKind, chunks: int = 2) -> Sc
 
 
 def exported(schedule: Schedule, **options: object) -> bytes:
-    return msccl.lower(schedule, msccl.MscclOptions(**options)).to_xml()  # type: ignore[arg-type]
+    return checker.to_xml(msccl.lower(schedule, msccl.MscclOptions(**options)))  # type: ignore[arg-type]
 
 
 def check(xml: bytes, runtime: str) -> checker.CheckReport:
@@ -204,6 +205,23 @@ def test_reduce_scatter_keeps_partial_sums_in_scratch_and_never_writes_the_input
 def test_the_same_schedule_exports_to_the_same_bytes():
     schedule = synthesized(tacos.from_spec("torus2d:3x3"), K.ALL_REDUCE)
     assert exported(schedule, nchannels=2) == exported(schedule, nchannels=2)
+
+
+@pytest.mark.parametrize("runtime", ["executor", "legacy"])
+def test_the_lowered_program_is_the_model_the_reader_builds_from_its_xml(runtime):
+    """One program model: lowering, writing and reading back give the same program."""
+    schedule = synthesized(tacos.from_spec("switch:4"), K.ALL_REDUCE)
+    program = msccl.lower(schedule, msccl.MscclOptions(proto="LL", runtime=runtime))
+    read_back = checker.load(checker.to_xml(program), program.source)
+
+    def without_lines(gpu: checker.Gpu) -> checker.Gpu:
+        threadblocks = tuple(
+            replace(tb, line=0, steps=tuple(replace(step, line=0) for step in tb.steps))
+            for tb in gpu.threadblocks
+        )
+        return replace(gpu, line=0, threadblocks=threadblocks)
+
+    assert replace(read_back, gpus=tuple(map(without_lines, read_back.gpus))) == program
 
 
 # ---------------------------------------------------------------- files and the CLI

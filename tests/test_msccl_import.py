@@ -49,7 +49,7 @@ def test_every_reference_xml_imports_as_a_schedule_that_verifies(path: Path):
 def test_an_exported_schedule_comes_back_with_the_same_messages(kind):
     topology = tacos.from_spec("hypercube:3")
     original = tacos.synthesize(topology, Collective(kind, tuple(topology.npus), 2), seed=1)
-    xml = exporter.lower(original, exporter.MscclOptions(proto="LL")).to_xml()
+    xml = msccl.to_xml(exporter.lower(original, exporter.MscclOptions(proto="LL")))
     imported = to_schedule(msccl.load(xml, "export.xml"), topology=topology)
     assert tacos.verify(imported).ok
 
@@ -64,7 +64,7 @@ def test_the_event_trace_says_what_each_receive_carried_and_what_it_depended_on(
         4, [(i, (i + 1) % 4) for i in range(4)], bidirectional=False
     )
     schedule = tacos.synthesize(one_way, Collective(K.ALL_GATHER, (0, 1, 2, 3), 1), seed=0)
-    xml = exporter.lower(schedule).to_xml()
+    xml = msccl.to_xml(exporter.lower(schedule))
     trace = msccl.execute(msccl.load(xml, "ring.xml"), inplace=True, track_data=True).deliveries
     assert len(trace) == 12  # 4 chunks, 3 hops each
     for delivery in trace:
@@ -82,7 +82,7 @@ def test_import_schedule_checks_the_collective_and_the_links(tmp_path):
     path = tmp_path / "ar.xml"
     topology = tacos.from_spec("ring:4")
     schedule = tacos.synthesize(topology, Collective(K.ALL_REDUCE, (0, 1, 2, 3), 1), seed=0)
-    path.write_bytes(exporter.lower(schedule).to_xml())
+    path.write_bytes(msccl.to_xml(exporter.lower(schedule)))
     assert import_schedule(path, collective=K.ALL_REDUCE).collective.kind is K.ALL_REDUCE
     with pytest.raises(TacosError, match="coll='allreduce' means all-reduce, not all-gather"):
         import_schedule(path, collective=K.ALL_GATHER)

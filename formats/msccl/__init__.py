@@ -16,7 +16,7 @@ module per concept, with the public names re-exported here:
 """
 
 from tacos.formats.msccl.check import MAX_REPORTED, CheckReport, call_modes, check, detect_runtime
-from tacos.formats.msccl.codec import load
+from tacos.formats.msccl.codec import load, to_xml
 from tacos.formats.msccl.execute import (
     Delivery,
     Execution,
@@ -77,4 +77,5 @@ __all__ = [
     "execute",
     "in_place_slot",
     "load",
+    "to_xml",
 ]

@@ -1,7 +1,11 @@
-"""MSCCL algorithm XML on the wire: the safe reader (:func:`load`).
+"""MSCCL algorithm XML on the wire: the writer (:func:`to_xml`) and the safe reader (:func:`load`).
 
-:func:`load` reads a file without trusting it and lints the text the way
-the runtimes' hand-written tokenizers read it: what they reject although a
+:func:`to_xml` writes a program the way the runtimes' hand-written parsers
+read it: no ``<?xml?>`` declaration, one element per line, attributes in
+double quotes separated by single spaces.
+
+:func:`load` reads a file without trusting it and lints the text the way the
+runtimes' hand-written tokenizers read it: what they reject although a
 standard XML parser accepts it (an ``<?xml?>`` declaration, tabs, attributes
 over several lines, single quotes, entities, non-decimal integers) is recorded
 on the algorithm for the checker to report.
@@ -59,6 +63,67 @@ def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
     except etree.XMLSyntaxError as err:
         raise TacosError(f"{where}:{err.lineno}: not well-formed XML: {err.msg}") from None
     return _Reader(where, errors, warnings).algorithm(root)
+
+
+def to_xml(algorithm: Algorithm) -> bytes:
+    """The program as the runtimes read it (lxml's output: one line per element).
+
+    Optional attributes (``name``, and the executor format's ``outofplace``,
+    ``minBytes``, ``maxBytes``) are written when the program has them.
+    """
+    algo = etree.Element("algo")
+    attributes: dict[str, object] = {} if algorithm.name is None else {"name": algorithm.name}
+    attributes |= {
+        "proto": algorithm.proto,
+        "nchannels": algorithm.nchannels,
+        "nchunksperloop": algorithm.nchunksperloop,
+        "ngpus": algorithm.ngpus,
+        "coll": algorithm.coll,
+        "inplace": algorithm.inplace,
+    }
+    optional = {
+        "outofplace": algorithm.outofplace,
+        "minBytes": algorithm.min_bytes,
+        "maxBytes": algorithm.max_bytes,
+    }
+    _set(algo, attributes | {name: value for name, value in optional.items() if value is not None})
+    for gpu in algorithm.gpus:
+        gpu_element = etree.SubElement(algo, "gpu")
+        _set(
+            gpu_element,
+            {
+                "id": gpu.id,
+                "i_chunks": gpu.i_chunks,
+                "o_chunks": gpu.o_chunks,
+                "s_chunks": gpu.s_chunks,
+            },
+        )
+        for tb in gpu.threadblocks:
+            tb_element = etree.SubElement(gpu_element, "tb")
+            _set(tb_element, {"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan})
+            for step in tb.steps:
+                _set(etree.SubElement(tb_element, "step"), _step_attributes(step))
+    return bytes(etree.tostring(algo, pretty_print=True))
+
+
+def _step_attributes(step: Step) -> dict[str, object]:
+    return {
+        "s": step.s,
+        "type": step.type,
+        "srcbuf": step.srcbuf,
+        "srcoff": step.srcoff,
+        "dstbuf": step.dstbuf,
+        "dstoff": step.dstoff,
+        "cnt": step.cnt,
+        "depid": step.depid,
+        "deps": step.deps,
+        "hasdep": step.hasdep,
+    }
+
+
+def _set(element: etree._Element, attributes: dict[str, object]) -> None:
+    for name, value in attributes.items():
+        element.set(name, str(value))
 
 
 _MARKUP = re.compile(r"<!--.*?-->|<[^>]*>", re.S)

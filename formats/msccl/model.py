@@ -29,7 +29,7 @@ class Step:
     depid: int
     deps: int
     hasdep: int
-    line: int
+    line: int = 0
 
     @property
     def kind(self) -> StepType:
@@ -43,7 +43,7 @@ class ThreadBlock:
     recv: int
     chan: int
     steps: tuple[Step, ...]
-    line: int
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,17 @@ class Gpu:
     o_chunks: int
     s_chunks: int
     threadblocks: tuple[ThreadBlock, ...]
-    line: int
+    line: int = 0
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An MSCCL ``<algo>`` as written; ``format_errors``/``format_warnings`` are what the
-    runtimes' tokenizers would make of its text (with line numbers)."""
+    """An MSCCL ``<algo>``, read from a file or lowered from a schedule.
+
+    ``source`` names where it came from, for messages; ``format_errors`` and
+    ``format_warnings`` are what the runtimes' tokenizers would make of the
+    text it was read from (with line numbers).
+    """
 
     source: str
     name: str | None
