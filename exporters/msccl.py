@@ -62,6 +62,7 @@ rank, connection buffers) the export fails with a message naming the limit and w
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from collections import defaultdict
@@ -71,7 +72,8 @@ from pathlib import Path
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.exporters.base import ExportOptions, ExportResult
+from tacos.exporters.base import ExportResult, Writer
+from tacos.formats.arguments import ArgumentAdder
 from tacos.formats.msccl import (
     FIFO_CALLS,
     MAX_COUNT,
@@ -91,7 +93,7 @@ from tacos.formats.msccl import (
     to_xml,
 )
 from tacos.output import check_file_in_directory, check_file_target, write_bytes_atomic
-from tacos.schedule import Op, Schedule
+from tacos.schedule import Op, Schedule, merge_tenants
 from tacos.verify import verify
 
 FORMAT_NAME = "msccl"
@@ -105,48 +107,56 @@ _FIRST: Key = (-math.inf, 0, 0)
 
 @dataclass(frozen=True)
 class MscclOptions:
-    """``--nchannels``, ``--proto`` and ``--msccl-runtime``."""
+    """``--nchannels``, ``--proto`` and ``--msccl-runtime``, checked when made."""
 
     nchannels: int = 1
     proto: str = "Simple"
     runtime: str = DEFAULT_RUNTIME
 
-    @classmethod
-    def from_settings(cls, options: ExportOptions) -> MscclOptions:
-        given = {
-            "nchannels": options.get("nchannels"),
-            "proto": options.get("proto"),
-            "runtime": options.get("msccl_runtime"),
-        }
-        chosen = cls(**{name: value for name, value in given.items() if value is not None})
-        if chosen.proto not in PROTOCOLS:
-            raise TacosError(f"--proto {chosen.proto}: use one of {', '.join(PROTOCOLS)}")
-        if chosen.runtime not in RUNTIMES:
-            raise TacosError(f"--msccl-runtime {chosen.runtime}: use one of {', '.join(RUNTIMES)}")
-        limit = RUNTIMES[chosen.runtime].max_channels
-        if not 1 <= chosen.nchannels <= limit:
+    def __post_init__(self) -> None:
+        if self.proto not in PROTOCOLS:
+            raise TacosError(f"--proto {self.proto}: use one of {', '.join(PROTOCOLS)}")
+        if self.runtime not in RUNTIMES:
+            raise TacosError(f"--msccl-runtime {self.runtime}: use one of {', '.join(RUNTIMES)}")
+        limit = RUNTIMES[self.runtime].max_channels
+        if not 1 <= self.nchannels <= limit:
             raise TacosError(
-                f"--nchannels {chosen.nchannels}: the {chosen.runtime} runtime has 1..{limit}"
+                f"--nchannels {self.nchannels}: the {self.runtime} runtime has 1..{limit}"
             )
-        return chosen
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> MscclOptions:
+        return cls(nchannels=args.nchannels, proto=args.proto, runtime=args.msccl_runtime)
 
 
-def check_target(out: Path, options: ExportOptions) -> None:
+def add_arguments(parser: ArgumentAdder) -> None:
+    parser.add_argument("--nchannels", type=int, default=1, help="channels to spread chunks over")
+    parser.add_argument("--proto", choices=PROTOCOLS, default="Simple", help="protocol")
+    parser.add_argument(
+        "--msccl-runtime",
+        choices=sorted(RUNTIMES),
+        default=DEFAULT_RUNTIME,
+        help="executor (msccl-executor-nccl; also what RCCL reads, rccl applies its "
+        "tighter limits) or legacy (the NCCL 2.12 MSCCL interpreter)",
+    )
+
+
+def check_target(out: Path, options: MscclOptions) -> None:
     """``-o FILE.xml``, or a directory that gets ``<algorithm name>.xml``."""
-    MscclOptions.from_settings(options)
     if out.suffix.lower() == ".xml":
         check_file_target(out)
     else:
         check_file_in_directory(out)
 
 
-def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
-    """Write the algorithm XML; the file is replaced atomically."""
-    chosen = MscclOptions.from_settings(options)
-    program = lower(schedule, chosen)
+def export(
+    schedules: Sequence[Schedule], out: Path, options: MscclOptions = MscclOptions()
+) -> ExportResult:
+    """Write the algorithm XML (of the tenants' traffic together); replaced atomically."""
+    program = lower(merge_tenants(schedules), options)
     target = out if out.suffix.lower() == ".xml" else out / f"{program.name}.xml"
     write_bytes_atomic(target, to_xml(program))
-    return ExportResult(files=[target], ranks=program.ngpus, notes=notes(program, chosen))
+    return ExportResult(files=[target], ranks=program.ngpus, notes=notes(program, options))
 
 
 def notes(program: Algorithm, options: MscclOptions) -> list[str]:
@@ -940,3 +950,6 @@ def _mergeable(a: _PlannedStep, b: _PlannedStep) -> bool:
         (x is None and y is None) or (x is not None and y is not None and (x[0], x[1] + 1) == y)
         for x, y in ((a.src, b.src), (a.dst, b.dst))
     )
+
+
+WRITER = Writer(add_arguments, MscclOptions.from_args, check_target, export)

@@ -13,13 +13,15 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.formats.arguments import ArgumentAdder
 from tacos.formats.msccl import (
     RUNTIMES,
     Algorithm,
@@ -33,6 +35,7 @@ from tacos.formats.msccl import (
     execute,
     load,
 )
+from tacos.importers.base import Checker, FileCheck
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.topology import Topology
 
@@ -96,6 +99,52 @@ def import_schedule(
             f"not {collective}"
         )
     return schedule
+
+
+# ================================================================ check
+@dataclass(frozen=True)
+class CheckOptions:
+    """``tacos verify --format msccl``: the runtime whose rules apply (None: the file's kind
+    says) and the root of a broadcast or reduce (None: found from the file)."""
+
+    runtime: str | None = None
+    root: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CheckOptions:
+        return cls(runtime=args.msccl_runtime, root=args.root)
+
+
+def add_check_arguments(parser: ArgumentAdder) -> None:
+    parser.add_argument(
+        "--msccl-runtime",
+        choices=sorted(RUNTIMES),
+        help="--format msccl: the runtime whose rules apply (default: executor if the file "
+        "has outofplace=, else legacy)",
+    )
+    parser.add_argument("--root", type=int, help="--format msccl: the root of a broadcast/reduce")
+
+
+def check_file(path: Path, options: CheckOptions) -> FileCheck:
+    """Check an MSCCL XML by running it symbolically (format, limits, deadlock, result)."""
+    report = check(load(path), runtime=options.runtime, root=options.root)
+    data = {
+        "file": str(path),
+        "verified": report.ok,
+        "runtime": report.runtime,
+        "collective": report.coll,
+        "ngpus": report.ngpus,
+        "root": report.root,
+        "checked": report.checked,
+        "error_count": report.error_count,
+        "errors": report.errors,
+        "warnings": report.warnings,
+    }
+    warnings = "".join(f"\n  warning: {w}" for w in report.warnings)
+    return FileCheck(report.ok, data, f"{path}: {report.summary()}{warnings}")
+
+
+CHECKER = Checker(add_check_arguments, CheckOptions.from_args, check_file)
 
 
 class _ScheduleBuilder:

@@ -479,14 +479,11 @@ def load_topology(
     bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
     latency_us: float = DEFAULT_LATENCY_US,
 ) -> Topology:
-    """A spec string or a topology file, checked for connectivity.
+    """A spec string or a tacos topology file (.csv or .json), checked for connectivity.
 
-    Files are .csv or .json, or another tool's format that :mod:`tacos.importers`
-    reads (ASTRA-sim network .yml, ns-3 .txt, htsim .topo).
+    Other tools' files (ASTRA-sim, ns-3, htsim) are formats: :func:`tacos.load_topology`
+    (the format registry's) reads those too.
     """
-    # Imported here, not at the top: the importers build on this module.
-    from tacos.importers import import_topology, reads_topology
-
     path = Path(spec_or_path)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".json"):
@@ -494,8 +491,6 @@ def load_topology(
             raise TacosError(f"{spec_or_path}: no such topology file")
         text = _read_text(path)
         topology = read_csv(text, str(path)) if suffix == ".csv" else read_json(text, str(path))
-    elif reads_topology(path):
-        topology = import_topology(path).topology
     else:
         topology = from_spec(spec_or_path, bandwidth_GBps=bandwidth_GBps, latency_us=latency_us)
     topology.check_connected()

@@ -1,9 +1,10 @@
 """Who may import whom, read from the source: the layering ARCHITECTURE.md draws.
 
 core (``tacos/``) <- each format's model and wire code (``formats/``) <- readers
-(``importers/``) and writers (``exporters/``) <- the format registry <- the CLI.
-Importers never import exporters, formats import neither, and no module uses a
-name another module keeps private (a leading underscore).
+(``importers/``) and writers (``exporters/``) <- the format registry
+(``tacos/registry.py``) <- the CLI. The core imports no format and not the
+registry, importers never import exporters, formats import neither, and no
+module uses a name another module keeps private (a leading underscore).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import pytest
 from paths import REPO_DIR
 
 GENERATED = {"tacos.proto.et_def_pb2"}
+FORMAT_PACKAGES = ("tacos.formats", "tacos.importers", "tacos.exporters", "tacos.proto")
+REGISTRY = "tacos.registry"
+REGISTRY_USERS = {"tacos", "tacos.cli"}
+"""The front of the library: the package's own namespace (``tacos.load_topology``
+reads any file ``--topology`` does) and the command line."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +114,25 @@ def where(module_name: str, package: str) -> list[str]:
 
 def test_the_module_list_covers_every_folder():
     names = set(modules())
-    for expected in ("tacos.cli", "tacos.exporters.msccl", "tacos.importers.ns3"):
+    for expected in ("tacos.cli", "tacos.exporters.msccl", "tacos.importers.ns3", REGISTRY):
         assert expected in names
     assert any(_in(name, "tacos.formats") for name in names)
+    assert {"tacos.topology", "tacos.synthesizer.greedy"} <= set(core_modules())
+
+
+def core_modules() -> list[str]:
+    return [
+        name
+        for name in sorted(modules())
+        if name not in REGISTRY_USERS | {REGISTRY}
+        and not any(_in(name, package) for package in FORMAT_PACKAGES)
+    ]
+
+
+@pytest.mark.parametrize("name", core_modules())
+def test_the_core_never_imports_a_format_nor_the_registry(name):
+    found = [line for package in (*FORMAT_PACKAGES, REGISTRY) for line in where(name, package)]
+    assert not found
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(modules()) if _in(n, "tacos.importers")])

@@ -23,7 +23,6 @@ from tacos.cli import export_main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import msccl
-from tacos.exporters.base import ExportOptions
 from tacos.formats import msccl as checker
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.topology import Link, Topology
@@ -227,10 +226,10 @@ def test_the_lowered_program_is_the_model_the_reader_builds_from_its_xml(runtime
 # ---------------------------------------------------------------- files and the CLI
 def test_a_directory_gets_a_named_file_and_a_file_name_is_used_as_given(tmp_path):
     schedule = synthesized(tacos.from_spec("ring:4"), K.ALL_REDUCE)
-    result = msccl.export(schedule, tmp_path / "out", ExportOptions({"proto": "LL"}))
+    result = msccl.export([schedule], tmp_path / "out", msccl.MscclOptions(proto="LL"))
     assert result.files == [tmp_path / "out" / "tacos_allreduce_ring-4_LL_ch1.xml"]
     chosen = tmp_path / "mine.xml"
-    assert msccl.export(schedule, chosen, ExportOptions()).files == [chosen]
+    assert msccl.export([schedule], chosen).files == [chosen]
     assert checker.check(checker.load(chosen)).ok
 
 
@@ -296,16 +295,21 @@ def test_the_legacy_runtime_has_no_gather():
     ("settings", "message"),
     [
         ({"nchannels": 0}, "--nchannels 0: the executor runtime has 1..32"),
-        ({"nchannels": 40, "msccl_runtime": "legacy"}, "legacy runtime has 1..32"),
+        ({"nchannels": 40, "runtime": "legacy"}, "legacy runtime has 1..32"),
         ({"proto": "ll"}, "--proto ll: use one of Simple, LL, LL128"),
-        ({"msccl_runtime": "nccl"}, "--msccl-runtime nccl: use one of legacy, executor, rccl"),
+        ({"runtime": "nccl"}, "--msccl-runtime nccl: use one of legacy, executor, rccl"),
     ],
 )
-def test_bad_options_are_one_line_errors(settings, message, tmp_path):
-    schedule = synthesized(tacos.from_spec("ring:4"), K.ALL_REDUCE)
+def test_bad_options_are_one_line_errors(settings, message):
     with pytest.raises(TacosError, match=re.escape(message)):
-        msccl.export(schedule, tmp_path / "x.xml", ExportOptions(settings))
-    assert not (tmp_path / "x.xml").exists()
+        msccl.MscclOptions(**settings)
+
+
+def test_bad_options_are_refused_before_anything_is_written(capsys, tmp_path):
+    out = tmp_path / "x.xml"
+    assert export_main(["--format", "msccl", "--nchannels", "0", "-o", str(out)]) == 2
+    assert "--nchannels 0: the executor runtime has 1..32" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_schedule_that_does_not_verify_is_refused():
