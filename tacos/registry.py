@@ -25,8 +25,14 @@ from tacos.importers import chakra as chakra_reader
 from tacos.importers import msccl as msccl_reader
 from tacos.importers.base import Checker, ScheduleReader, TopologyImport, TopologyReader
 from tacos.schedule import Schedule
-from tacos.topology import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US, Topology
+from tacos.topology import (
+    DEFAULT_BANDWIDTH_GBPS,
+    DEFAULT_LATENCY_US,
+    TOPOLOGY_FILE_SUFFIXES,
+    Topology,
+)
 from tacos.topology import load_topology as load_generated_or_tacos_topology
+from tacos.topology import read_topology_file as read_tacos_topology_file
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,18 @@ def import_topology(path: str | Path) -> TopologyImport:
     except (OSError, UnicodeDecodeError) as err:
         raise TacosError(f"{path}: cannot read: {err}") from None
     return entry.topology_reader(text, str(path))
+
+
+def names_topology_file(name: str | Path) -> bool:
+    """Whether ``name`` is a topology file by its suffix (tacos's or another tool's), not a spec."""
+    return Path(name).suffix.lower() in TOPOLOGY_FILE_SUFFIXES or reads_topology(name)
+
+
+def read_topology_file(path: str | Path) -> Topology:
+    """Any topology file ``--topology`` accepts, as it is (connected or not)."""
+    if reads_topology(path):
+        return import_topology(path).topology
+    return read_tacos_topology_file(path)
 
 
 def load_topology(

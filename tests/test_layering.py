@@ -21,9 +21,10 @@ from paths import REPO_DIR
 GENERATED = {"tacos.proto.et_def_pb2"}
 FORMAT_PACKAGES = ("tacos.formats", "tacos.importers", "tacos.exporters", "tacos.proto")
 REGISTRY = "tacos.registry"
-REGISTRY_USERS = {"tacos", "tacos.cli"}
+REGISTRY_USERS = {"tacos", "tacos.cli", "tacos.sweep"}
 """The front of the library: the package's own namespace (``tacos.load_topology``
-reads any file ``--topology`` does) and the command line."""
+reads any file ``--topology`` does), the command line, and sweeps (whose grids
+name topologies as ``--topology`` does)."""
 
 
 @dataclass(frozen=True)
