@@ -156,7 +156,8 @@ def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node]) -> bytes:
     if not isinstance(metadata, GlobalMetadata):
         raise TypeError(f"metadata must be a GlobalMetadata, got {type(metadata).__name__}")
     chunks: list[bytes] = []
-    for index, message in enumerate((metadata, *nodes)):
+    messages: list[GlobalMetadata | Node] = [metadata, *nodes]
+    for index, message in enumerate(messages):
         if index and not isinstance(message, Node):
             raise TypeError(f"nodes[{index - 1}] must be a Node, got {type(message).__name__}")
         payload = message.SerializeToString(deterministic=True)

@@ -36,6 +36,7 @@ class ScheduleReader(Protocol):
     def __call__(
         self,
         source: str | Path,
+        /,
         *,
         collective: CollectiveKind | None = None,
         topology: Topology | None = None,

@@ -117,14 +117,14 @@ def load_et_set(prefix: str | Path) -> EtSet:
     if ranks != list(range(len(ranks))):  # the smallest gap is at most len(ranks)
         missing = min(set(range(len(ranks) + 1)) - set(ranks))
         raise TacosError(f"{prefix}: rank files must be contiguous from 0; {missing} is missing")
-    paths = {rank: files[rank][0] for rank in ranks}
+    rank_files = {rank: files[rank][0] for rank in ranks}
     traces = {}
-    for rank, path in paths.items():
+    for rank, path in rank_files.items():
         try:
             traces[rank] = read_et(path)
         except OSError as err:
             raise TacosError(f"{path}: cannot read: {err}") from None
-    return EtSet(prefix, traces, paths)
+    return EtSet(prefix, traces, rank_files)
 
 
 def match_messages(et_set: EtSet) -> list[Message]:
