@@ -91,6 +91,7 @@ from tacos.formats.msccl import (
     call_modes,
     in_place_slot,
     to_xml,
+    user_buffer_chunks,
 )
 from tacos.output import check_file_in_directory, check_file_target, write_bytes_atomic
 from tacos.schedule import Op, Schedule, merge_tenants
@@ -570,6 +571,7 @@ class _Layout:
         ranks, c = spec.num_ranks, spec.chunks_per_rank
         self.per_rank = c
         self.nchunks = ranks * c if self.kind is K.ALL_TO_ALL else spec.num_chunks
+        self.user_chunks = user_buffer_chunks(self.kind, self.nchunks, ranks)
         self.coll = runtime.coll_name(self.kind)
         self.outofplace = True
         self.inplace = self.kind is not K.ALL_TO_ALL
@@ -586,8 +588,7 @@ class _Layout:
         """
         if (rank, chunk) not in self.starts:
             return None
-        small_input = self.kind in (K.ALL_GATHER, K.GATHER)
-        slot = ("i", chunk % (self.per_rank if small_input else self.nchunks))
+        slot = ("i", chunk % self.user_chunks["i"])
         final = self.output_slot(rank, chunk)
         if (
             not self.outofplace
@@ -613,13 +614,7 @@ class _Layout:
 
     def sizes(self, scratch: int) -> dict[str, int]:
         """Chunks of each buffer as the gpu element declares them."""
-        small_input = self.kind in (K.ALL_GATHER, K.GATHER)
-        small_output = self.kind in (K.REDUCE_SCATTER, K.SCATTER)
-        return {
-            "i": self.per_rank if small_input else self.nchunks,
-            "o": self.per_rank if small_output else self.nchunks,
-            "s": scratch,
-        }
+        return {**self.user_chunks, "s": scratch}
 
 
 @dataclass

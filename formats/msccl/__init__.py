@@ -42,6 +42,7 @@ from tacos.formats.msccl.runtime import (
     STEP_TYPES,
     Runtime,
     StepType,
+    user_buffer_chunks,
 )
 
 __all__ = [
@@ -78,4 +79,5 @@ __all__ = [
     "in_place_slot",
     "load",
     "to_xml",
+    "user_buffer_chunks",
 ]

@@ -38,7 +38,7 @@ import numpy as np
 
 from tacos.collective import CollectiveKind
 from tacos.formats.msccl.model import Algorithm, Gpu, Step, StepRef, ThreadBlock
-from tacos.formats.msccl.runtime import FIFO_CALLS, KNOWN_COLLS
+from tacos.formats.msccl.runtime import FIFO_CALLS, KNOWN_COLLS, user_buffer_chunks
 
 K = CollectiveKind
 
@@ -46,14 +46,8 @@ K = CollectiveKind
 # ================================================================ buffer layout
 def buffer_sizes(algorithm: Algorithm, kind: CollectiveKind | None, gpu: Gpu) -> dict[str, int]:
     """Chunks the user's buffers really have (input, output) and the declared scratch."""
-    n, per_rank = algorithm.nchunksperloop, algorithm.nchunksperloop // max(1, algorithm.ngpus)
-    small_input = kind in (K.ALL_GATHER, K.GATHER)
-    small_output = kind in (K.REDUCE_SCATTER, K.SCATTER)
-    return {
-        "i": per_rank if small_input else n,
-        "o": per_rank if small_output else n,
-        "s": gpu.s_chunks,
-    }
+    user = user_buffer_chunks(kind, algorithm.nchunksperloop, algorithm.ngpus)
+    return {**user, "s": gpu.s_chunks}
 
 
 def in_place_slot(

@@ -103,6 +103,21 @@ LEGACY_DEFAULT_MAX_BYTES = 2**27
 BUFFERS = ("i", "o", "s")
 
 
+def user_buffer_chunks(
+    kind: CollectiveKind | None, nchunksperloop: int, ngpus: int
+) -> dict[str, int]:
+    """Chunks of a rank's input (``i``) and output (``o``) buffer: the table's first columns.
+
+    >>> user_buffer_chunks(K.ALL_GATHER, 8, 4)
+    {'i': 2, 'o': 8}
+    """
+    per_rank = nchunksperloop // max(1, ngpus)
+    return {
+        "i": per_rank if kind in (K.ALL_GATHER, K.GATHER) else nchunksperloop,
+        "o": per_rank if kind in (K.REDUCE_SCATTER, K.SCATTER) else nchunksperloop,
+    }
+
+
 @dataclass(frozen=True)
 class StepType:
     """What a step type does, as the interpreters run it.
