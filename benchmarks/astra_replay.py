@@ -23,7 +23,6 @@ from pathlib import Path
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.exporters import chakra
-from tacos.exporters.base import ExportOptions
 
 DEFAULT_BINARY = (
     Path(__file__).resolve().parents[2]
@@ -72,7 +71,7 @@ def main() -> None:
                     sends_in_flight=1 if args.one_port else None,
                 )
                 bundle = Path(scratch) / f"{spec}-{kind}".replace(":", "_")
-                chakra.export(schedule, bundle, ExportOptions())
+                chakra.export([schedule], bundle)
                 manifest = json.loads((bundle / "manifest.json").read_text())
                 simulated = tacos.simulate(schedule).collective_time_us * 1000
                 for route in ("custom", "p2p"):

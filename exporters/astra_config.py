@@ -31,8 +31,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tacos.chakra_io import CollectiveCommType
 from tacos.collective import CollectiveKind
+from tacos.formats.astrasim import AnalyticalNetwork
+from tacos.formats.chakra import CollectiveCommType
 from tacos.schedule import Schedule
 from tacos.simulate import simulate
 from tacos.topology import Topology
@@ -48,24 +49,6 @@ NATIVE_KEYS = {
 """Collectives ASTRA-sim has a custom-implementation key for, with the COMM_COLL type."""
 CARRIER_KEY = NATIVE_KEYS[CollectiveKind.ALL_REDUCE]
 """Other collectives ride on the all-reduce key (ASTRA-sim runs any trace it names)."""
-
-
-@dataclass(frozen=True)
-class AnalyticalNetwork:
-    """One dimension of ASTRA-sim's analytical network."""
-
-    kind: str  # "Ring", "FullyConnected" or "Switch"
-    npus: int
-    bandwidth_GBps: float
-    latency_ns: float
-
-    def to_yaml(self) -> str:
-        return (
-            f"topology: [ {self.kind} ]\n"
-            f"npus_count: [ {self.npus} ]\n"
-            f"bandwidth: [ {self.bandwidth_GBps!r} ]  # GB/s\n"
-            f"latency: [ {self.latency_ns!r} ]  # ns\n"
-        )
 
 
 def analytical_network(topology: Topology) -> AnalyticalNetwork | None:

@@ -30,22 +30,30 @@ finishes an empty trace.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from tacos.chakra_io import CHAKRA_VERSION, GlobalMetadata, Node, NodeType, attr, write_et
 from tacos.errors import TacosError
 from tacos.exporters.astra_config import ET_PREFIX, WORKLOAD_PREFIX, plan_bundle
-from tacos.exporters.base import ExportOptions, ExportResult
+from tacos.exporters.base import ExportResult, Writer
+from tacos.formats.arguments import ArgumentAdder
+from tacos.formats.chakra import (
+    CHAKRA_VERSION,
+    CHUNK_ATTRIBUTE,
+    GlobalMetadata,
+    Node,
+    NodeType,
+    attr,
+    write_et,
+)
 from tacos.output import atomic_directory, check_directory_target, write_text_atomic
-from tacos.schedule import Op, RankStep, Schedule, StepKind
+from tacos.schedule import Op, RankStep, Schedule, StepKind, merge_tenants
 
 FORMAT_NAME = "chakra"
 PORT = -1
 """Queue key of an NPU's one port, for schedules made with one send in flight per NPU."""
-CHUNK_ATTRIBUTE = "tacos_chunk"
-"""Which collective chunk a send or receive moves (int64). ASTRA-sim ignores it; importers
-use it to recover the data each message carries without guessing."""
 MAX_TAGS = 500_000_000
 """ASTRA-sim matches comm_tag modulo 5e8, so larger tags would alias."""
 
@@ -186,13 +194,38 @@ def workload_traces(schedule: Schedule, comm_type: int) -> dict[int, Trace]:
     return {npu: (GlobalMetadata(version=CHAKRA_VERSION), [node]) for npu in schedule.topology.npus}
 
 
-def check_target(out: Path, options: ExportOptions) -> None:
+@dataclass(frozen=True)
+class ChakraOptions:
+    """``--force``: write a bundle into a directory tacos did not write."""
+
+    force: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ChakraOptions:
+        return cls(force=args.force)
+
+
+def add_arguments(parser: ArgumentAdder) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write a bundle into a non-empty directory that tacos did not write "
+        "(its other files are kept; same-named files are replaced)",
+    )
+
+
+def check_target(out: Path, options: ChakraOptions) -> None:
     """A new or empty directory, a previous bundle, or any directory with ``--force``."""
-    check_directory_target(out, force=bool(options.get("force")))
+    check_directory_target(out, force=options.force)
 
 
-def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
+def export(
+    schedules: Sequence[Schedule], out: Path, options: ChakraOptions = ChakraOptions()
+) -> ExportResult:
     """Write a ready-to-run ASTRA-sim bundle to the directory ``out`` (atomically).
+
+    Several tenants' schedules share the network, so their traffic is one bundle
+    (:func:`tacos.schedule.merge_tenants`).
 
     An existing bundle is updated in place: files of the previous export that this one
     does not write are removed, files tacos did not write are kept
@@ -207,9 +240,10 @@ def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResul
         system_p2p.json        no custom key: et/tacos runs as the workload itself
         network.yml, memory.json, schedule.json, manifest.json, README.md
     """
+    schedule = merge_tenants(schedules)
     bundle = plan_bundle(schedule)
     traces = rank_traces(schedule)
-    with atomic_directory(out, force=bool(options.get("force"))) as scratch:
+    with atomic_directory(out, force=options.force) as scratch:
         for rank, (meta, nodes) in traces.items():
             write_et(scratch / "et" / f"{ET_PREFIX}.{rank}.et", meta, nodes)
         for rank, (meta, nodes) in workload_traces(schedule, bundle.comm_type).items():
@@ -223,3 +257,6 @@ def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResul
     return ExportResult(
         [out / name for name in written], ranks=len(traces), nodes=node_count, notes=bundle.notes
     )
+
+
+WRITER = Writer(add_arguments, ChakraOptions.from_args, check_target, export)

@@ -7,20 +7,37 @@ tenant's schedule verifiable on its own.
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from tacos.exporters.base import ExportOptions, ExportResult
+from tacos.exporters.base import ExportResult, Writer
+from tacos.formats.arguments import ArgumentAdder
 from tacos.output import check_file_in_directory, check_file_target
 from tacos.schedule import Schedule, save_schedules
 
 FORMAT_NAME = "json"
 
 
+@dataclass(frozen=True)
+class JsonOptions:
+    """The IR JSON has no options."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> JsonOptions:
+        return cls()
+
+
+def add_arguments(parser: ArgumentAdder) -> None:
+    """Nothing to add: the IR is written as it is."""
+
+
 def _target(out: Path) -> Path:
     return out if out.suffix.lower() == ".json" else out / "schedule.json"
 
 
-def check_target(out: Path, options: ExportOptions) -> None:
+def check_target(out: Path, options: JsonOptions) -> None:
     """``-o FILE.json``, or a directory that gets ``schedule.json``."""
     target = _target(out)
     if target != out:
@@ -28,8 +45,13 @@ def check_target(out: Path, options: ExportOptions) -> None:
     check_file_target(target)
 
 
-def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
-    """Write the schedule JSON; the file is replaced atomically."""
+def export(
+    schedules: Sequence[Schedule], out: Path, options: JsonOptions = JsonOptions()
+) -> ExportResult:
+    """Write the schedule JSON (a schedule set for several tenants), replaced atomically."""
     target = _target(out)
-    save_schedules(target, options.get("tenant_schedules") or [schedule])
-    return ExportResult(files=[target], ranks=schedule.collective.num_ranks)
+    save_schedules(target, schedules)
+    return ExportResult(files=[target], ranks=sum(s.collective.num_ranks for s in schedules))
+
+
+WRITER = Writer(add_arguments, JsonOptions.from_args, check_target, export)

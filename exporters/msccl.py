@@ -6,7 +6,7 @@ peer and receive from one peer over a channel's connections. Lowering a
 schedule (a time-ordered list of chunk transfers) takes five decisions:
 
 * **Buffers.** Chunk ``c`` of the collective lives at the MSCCL chunk offsets
-  of the buffer table in :mod:`tacos.importers.msccl_xml` (``nchunksperloop`` =
+  of the buffer table in :mod:`tacos.formats.msccl.runtime` (``nchunksperloop`` =
   the collective's chunk count, or R*C for All-to-All): where the collective
   puts its input (``i``) and where it
   wants its output (``o``). Data a rank only relays, or partial sums it does
@@ -55,13 +55,14 @@ schedule (a time-ordered list of chunk transfers) takes five decisions:
 When a limit of the runtime cannot be met (steps per threadblock,
 threadblocks per GPU, peers per channel, ``depid`` range, XML elements per
 rank, connection buffers) the export fails with a message naming the limit and what to change.
-:mod:`tacos.importers.msccl` checks the result independently.
+:mod:`tacos.formats.msccl.check` checks the result independently.
 
 ``-o DIR`` writes ``DIR/<name>.xml``; ``-o FILE.xml`` writes that file.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from collections import defaultdict
@@ -69,12 +70,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lxml import etree
-
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.exporters.base import ExportOptions, ExportResult
-from tacos.importers.msccl import (
+from tacos.exporters.base import ExportResult, Writer
+from tacos.formats.arguments import ArgumentAdder
+from tacos.formats.msccl import (
     FIFO_CALLS,
     MAX_COUNT,
     MAX_DEPID,
@@ -83,11 +83,18 @@ from tacos.importers.msccl import (
     PROTOCOLS,
     RUNTIMES,
     STEP_TYPES,
+    Algorithm,
+    Gpu,
     Runtime,
+    Step,
+    ThreadBlock,
+    call_modes,
     in_place_slot,
+    to_xml,
+    user_buffer_chunks,
 )
 from tacos.output import check_file_in_directory, check_file_target, write_bytes_atomic
-from tacos.schedule import Op, Schedule
+from tacos.schedule import Op, Schedule, merge_tenants
 from tacos.verify import verify
 
 FORMAT_NAME = "msccl"
@@ -101,50 +108,78 @@ _FIRST: Key = (-math.inf, 0, 0)
 
 @dataclass(frozen=True)
 class MscclOptions:
-    """``--nchannels``, ``--proto`` and ``--msccl-runtime``."""
+    """``--nchannels``, ``--proto`` and ``--msccl-runtime``, checked when made."""
 
     nchannels: int = 1
     proto: str = "Simple"
     runtime: str = DEFAULT_RUNTIME
 
-    @classmethod
-    def from_settings(cls, options: ExportOptions) -> MscclOptions:
-        given = {
-            "nchannels": options.get("nchannels"),
-            "proto": options.get("proto"),
-            "runtime": options.get("msccl_runtime"),
-        }
-        chosen = cls(**{name: value for name, value in given.items() if value is not None})
-        if chosen.proto not in PROTOCOLS:
-            raise TacosError(f"--proto {chosen.proto}: use one of {', '.join(PROTOCOLS)}")
-        if chosen.runtime not in RUNTIMES:
-            raise TacosError(f"--msccl-runtime {chosen.runtime}: use one of {', '.join(RUNTIMES)}")
-        limit = RUNTIMES[chosen.runtime].max_channels
-        if not 1 <= chosen.nchannels <= limit:
+    def __post_init__(self) -> None:
+        if self.proto not in PROTOCOLS:
+            raise TacosError(f"--proto {self.proto}: use one of {', '.join(PROTOCOLS)}")
+        if self.runtime not in RUNTIMES:
+            raise TacosError(f"--msccl-runtime {self.runtime}: use one of {', '.join(RUNTIMES)}")
+        limit = RUNTIMES[self.runtime].max_channels
+        if not 1 <= self.nchannels <= limit:
             raise TacosError(
-                f"--nchannels {chosen.nchannels}: the {chosen.runtime} runtime has 1..{limit}"
+                f"--nchannels {self.nchannels}: the {self.runtime} runtime has 1..{limit}"
             )
-        return chosen
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> MscclOptions:
+        return cls(nchannels=args.nchannels, proto=args.proto, runtime=args.msccl_runtime)
 
 
-def check_target(out: Path, options: ExportOptions) -> None:
+def add_arguments(parser: ArgumentAdder) -> None:
+    parser.add_argument("--nchannels", type=int, default=1, help="channels to spread chunks over")
+    parser.add_argument("--proto", choices=PROTOCOLS, default="Simple", help="protocol")
+    parser.add_argument(
+        "--msccl-runtime",
+        choices=sorted(RUNTIMES),
+        default=DEFAULT_RUNTIME,
+        help="executor (msccl-executor-nccl; also what RCCL reads, rccl applies its "
+        "tighter limits) or legacy (the NCCL 2.12 MSCCL interpreter)",
+    )
+
+
+def check_target(out: Path, options: MscclOptions) -> None:
     """``-o FILE.xml``, or a directory that gets ``<algorithm name>.xml``."""
-    MscclOptions.from_settings(options)
     if out.suffix.lower() == ".xml":
         check_file_target(out)
     else:
         check_file_in_directory(out)
 
 
-def export(schedule: Schedule, out: Path, options: ExportOptions) -> ExportResult:
-    """Write the algorithm XML; the file is replaced atomically."""
-    program = lower(schedule, MscclOptions.from_settings(options))
+def export(
+    schedules: Sequence[Schedule], out: Path, options: MscclOptions = MscclOptions()
+) -> ExportResult:
+    """Write the algorithm XML (of the tenants' traffic together); replaced atomically."""
+    program = lower(merge_tenants(schedules), options)
     target = out if out.suffix.lower() == ".xml" else out / f"{program.name}.xml"
-    write_bytes_atomic(target, program.to_xml())
-    return ExportResult(files=[target], ranks=program.ngpus, notes=program.notes())
+    write_bytes_atomic(target, to_xml(program))
+    return ExportResult(files=[target], ranks=program.ngpus, notes=notes(program, options))
 
 
-# ================================================================ lowered program
+def notes(program: Algorithm, options: MscclOptions) -> list[str]:
+    """What the export summary says of a lowered program: its size against the limits."""
+    steps = max((len(tb.steps) for g in program.gpus for tb in g.threadblocks), default=0)
+    tbs = max(len(g.threadblocks) for g in program.gpus)
+    rt = RUNTIMES[options.runtime]
+    served = call_modes(program, rt)
+    modes = " and ".join(
+        m for m, inplace in (("in-place", True), ("out-of-place", False)) if inplace in served
+    )
+    return [
+        f"{rt.name} runtime, {program.proto}: up to {tbs} threadblocks per GPU "
+        f"(limit {rt.max_threadblocks}), {steps} steps per threadblock (limit "
+        f"{rt.max_steps}), {program.nchannels} channel(s); serves {modes} {program.coll} calls"
+    ]
+
+
+# ================================================================ the plan
+# The lowering's working state: steps that still carry the messages they move and
+# the steps they wait for. Numbered at the end, they become the program model
+# (:mod:`tacos.formats.msccl.model`) that the writer, the reader and the checker share.
 @dataclass(eq=False)
 class _Message:
     """A chunk going from one rank to another (a transfer, or a route through switches)."""
@@ -163,7 +198,7 @@ class _Message:
 
 
 @dataclass(eq=False)
-class _Step:
+class _PlannedStep:
     """One step before numbering; ``recvs``/``sends`` are the messages it moves, in order."""
 
     type: str
@@ -173,8 +208,8 @@ class _Step:
     cnt: int = 1
     recvs: list[_Message] = field(default_factory=list)
     sends: list[_Message] = field(default_factory=list)
-    tb: _ThreadBlock | None = None
-    waits: list[_Step] = field(default_factory=list)
+    tb: _PlannedThreadBlock | None = None
+    waits: list[_PlannedStep] = field(default_factory=list)
     signals: bool = False
 
     def slots(self) -> tuple[list[Slot], list[Slot]]:
@@ -191,111 +226,23 @@ def _span(slot: Slot | None, cnt: int) -> list[Slot]:
 
 
 @dataclass(eq=False)
-class _ThreadBlock:
+class _PlannedThreadBlock:
     send: int
     recv: int
     chan: int
-    steps: list[_Step] = field(default_factory=list)
+    steps: list[_PlannedStep] = field(default_factory=list)
     id: int = -1
 
 
 @dataclass
-class _Gpu:
+class _PlannedGpu:
     id: int
     sizes: dict[str, int]
-    threadblocks: list[_ThreadBlock] = field(default_factory=list)
-
-
-@dataclass
-class MscclProgram:
-    """The lowered algorithm; :meth:`to_xml` writes it as the runtimes read it."""
-
-    name: str
-    coll: str
-    proto: str
-    nchannels: int
-    nchunksperloop: int
-    runtime: Runtime
-    inplace: bool
-    outofplace: bool
-    gpus: list[_Gpu]
-
-    @property
-    def ngpus(self) -> int:
-        return len(self.gpus)
-
-    def to_xml(self) -> bytes:
-        """No declaration, one line per element, double quotes, single spaces (lxml's output)."""
-        algo = etree.Element("algo")
-        attributes = {
-            "name": self.name,
-            "proto": self.proto,
-            "nchannels": self.nchannels,
-            "nchunksperloop": self.nchunksperloop,
-            "ngpus": self.ngpus,
-            "coll": self.coll,
-            "inplace": int(self.inplace),
-        }
-        if self.runtime.executor_format:
-            attributes |= {"outofplace": int(self.outofplace), "minBytes": 0, "maxBytes": 0}
-        _set(algo, attributes)
-        for gpu in self.gpus:
-            gpu_element = etree.SubElement(algo, "gpu")
-            sizes = {f"{b}_chunks": gpu.sizes[b] for b in ("i", "o", "s")}
-            _set(gpu_element, {"id": gpu.id, **sizes})
-            for tb in gpu.threadblocks:
-                tb_element = etree.SubElement(gpu_element, "tb")
-                _set(tb_element, {"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan})
-                for position, step in enumerate(tb.steps):
-                    _set(etree.SubElement(tb_element, "step"), _step_attributes(position, step))
-        return bytes(etree.tostring(algo, pretty_print=True))
-
-    def notes(self) -> list[str]:
-        steps = max((len(tb.steps) for g in self.gpus for tb in g.threadblocks), default=0)
-        tbs = max(len(g.threadblocks) for g in self.gpus)
-        rt = self.runtime
-        modes = " and ".join(
-            m for m, on in (("in-place", self.inplace), ("out-of-place", self.outofplace)) if on
-        )
-        return [
-            f"{rt.name} runtime, {self.proto}: up to {tbs} threadblocks per GPU "
-            f"(limit {rt.max_threadblocks}), {steps} steps per threadblock (limit "
-            f"{rt.max_steps}), {self.nchannels} channel(s); serves {modes} {self.coll} calls"
-        ]
-
-
-def _set(element: etree._Element, attributes: dict[str, object]) -> None:
-    for name, value in attributes.items():
-        element.set(name, str(value))
-
-
-def _step_attributes(position: int, step: _Step) -> dict[str, object]:
-    """The ten attributes every step needs, ``nop`` included (unused sides mirror the used)."""
-    if step.type == "nop":
-        src: Slot = ("i", -1)
-        dst: Slot = ("o", -1)
-        cnt = 0
-    else:
-        used = step.src or step.dst
-        assert used is not None
-        src, dst, cnt = step.src or used, step.dst or used, step.cnt
-    wait = step.waits[-1] if step.waits else None
-    return {
-        "s": position,
-        "type": step.type,
-        "srcbuf": src[0],
-        "srcoff": src[1],
-        "dstbuf": dst[0],
-        "dstoff": dst[1],
-        "cnt": cnt,
-        "depid": wait.tb.id if wait and wait.tb else -1,
-        "deps": wait.tb.steps.index(wait) if wait and wait.tb else -1,
-        "hasdep": int(step.signals),
-    }
+    threadblocks: list[_PlannedThreadBlock] = field(default_factory=list)
 
 
 # ================================================================ lowering
-def lower(schedule: Schedule, options: MscclOptions | None = None) -> MscclProgram:
+def lower(schedule: Schedule, options: MscclOptions | None = None) -> Algorithm:
     """The schedule as an MSCCL program for one runtime, protocol and channel count.
 
     Raises :class:`TacosError` when the schedule does not verify (the lowering
@@ -329,15 +276,15 @@ class _Lowering:
         for message in self.messages:
             message.channel = message.chunk % options.nchannels
         self.channels_used = 1 + max((m.channel for m in self.messages), default=0)
-        self.send_step: dict[int, _Step] = {}
-        self.recv_step: dict[int, _Step] = {}
+        self.send_step: dict[int, _PlannedStep] = {}
+        self.recv_step: dict[int, _PlannedStep] = {}
 
-    def run(self) -> MscclProgram:
+    def run(self) -> Algorithm:
         spec, layout = self.spec, self.layout
         plans = [_SlotPlan(self.layout, g, self.messages) for g in range(spec.num_ranks)]
         gpus = []
         for rank, plan in enumerate(plans):
-            gpu = _Gpu(rank, layout.sizes(plan.scratch))
+            gpu = _PlannedGpu(rank, layout.sizes(plan.scratch))
             gpu.threadblocks = self._threadblocks(rank, plan)
             gpus.append(gpu)
         capacity = FIFO_CALLS[self.options.proto]
@@ -353,20 +300,24 @@ class _Lowering:
             f"tacos_{layout.coll}_{self.schedule.topology.name or 'topology'}_"
             f"{self.options.proto}_ch{self.channels_used}",
         )[:120]
-        return MscclProgram(
+        executor = self.runtime.executor_format
+        return Algorithm(
+            source=f"{name}.xml",
             name=name,
-            coll=layout.coll,
             proto=self.options.proto,
             nchannels=self.channels_used,
             nchunksperloop=layout.nchunks,
-            runtime=self.runtime,
-            inplace=layout.inplace,
-            outofplace=layout.outofplace,
-            gpus=gpus,
+            ngpus=len(gpus),
+            coll=layout.coll,
+            inplace=int(layout.inplace),
+            outofplace=int(layout.outofplace) if executor else None,
+            min_bytes=0 if executor else None,
+            max_bytes=0 if executor else None,
+            gpus=tuple(_gpu_model(gpu) for gpu in gpus),
         )
 
     # ------------------------------------------------------------ threadblocks
-    def _threadblocks(self, rank: int, plan: _SlotPlan) -> list[_ThreadBlock]:
+    def _threadblocks(self, rank: int, plan: _SlotPlan) -> list[_PlannedThreadBlock]:
         """Pair receive and send streams per channel where steps fuse; build their steps."""
         recv_streams: dict[tuple[int, int], list[_Message]] = defaultdict(list)
         send_streams: dict[tuple[int, int], list[_Message]] = defaultdict(list)
@@ -396,9 +347,9 @@ class _Lowering:
             lone_sends.remove(partner)
             excess -= 1
         self._check_channel_fan_out(rank, recv_streams, send_streams)
-        blocks = [_ThreadBlock(p, q, chan) for (chan, q), p in pairs.items()]
-        blocks += [_ThreadBlock(-1, q, chan) for chan, q in lone_recvs]
-        blocks += [_ThreadBlock(p, -1, chan) for chan, p in lone_sends]
+        blocks = [_PlannedThreadBlock(p, q, chan) for (chan, q), p in pairs.items()]
+        blocks += [_PlannedThreadBlock(-1, q, chan) for chan, q in lone_recvs]
+        blocks += [_PlannedThreadBlock(p, -1, chan) for chan, p in lone_sends]
         for tb in blocks:
             events = [(m.key(True), m, True) for m in recv_streams.get((tb.chan, tb.recv), [])]
             events += [(m.key(False), m, False) for m in send_streams.get((tb.chan, tb.send), [])]
@@ -435,15 +386,17 @@ class _Lowering:
                         "this topology's fan-out cannot be expressed in MSCCL"
                     )
 
-    def _steps(self, events: Sequence[tuple[Key, _Message, bool]], plan: _SlotPlan) -> list[_Step]:
+    def _steps(
+        self, events: Sequence[tuple[Key, _Message, bool]], plan: _SlotPlan
+    ) -> list[_PlannedStep]:
         """A threadblock's steps: its events in order, a receive fused with the next send
         when that send forwards exactly what the receive left."""
-        steps: list[_Step] = []
+        steps: list[_PlannedStep] = []
         i = 0
         while i < len(events):
             key, message, receiving = events[i]
             if not receiving:
-                step = _Step("s", key, src=plan.send_src[message.index], sends=[message])
+                step = _PlannedStep("s", key, src=plan.send_src[message.index], sends=[message])
                 self.send_step[message.index] = step
                 steps.append(step)
                 i += 1
@@ -452,11 +405,11 @@ class _Lowering:
             after = events[i + 1][1] if i + 1 < len(events) and not events[i + 1][2] else None
             fused = after is not None and plan.forwards(message, after)
             if recv.src is None:
-                step = _Step("rcs" if fused else "r", key, dst=recv.dst)
+                step = _PlannedStep("rcs" if fused else "r", key, dst=recv.dst)
             elif fused and not recv.keep_when_forwarded:
-                step = _Step("rrs", key, src=recv.src)
+                step = _PlannedStep("rrs", key, src=recv.src)
             else:
-                step = _Step("rrcs" if fused else "rrc", key, src=recv.src, dst=recv.dst)
+                step = _PlannedStep("rrcs" if fused else "rrc", key, src=recv.src, dst=recv.dst)
             step.recvs.append(message)
             self.recv_step[message.index] = step
             if fused:
@@ -467,7 +420,9 @@ class _Lowering:
             i += 2 if fused else 1
         return steps
 
-    def _place_local_copies(self, rank: int, plan: _SlotPlan, blocks: list[_ThreadBlock]) -> None:
+    def _place_local_copies(
+        self, rank: int, plan: _SlotPlan, blocks: list[_PlannedThreadBlock]
+    ) -> None:
         """Put each start-up copy first in the threadblock that reads its output earliest."""
         for src, dst, cnt in plan.copies:
             targets = set(_span(dst, cnt))
@@ -480,11 +435,11 @@ class _Lowering:
             if readers:
                 home = blocks[min(readers)[1]]
             else:
-                home = _ThreadBlock(-1, -1, 0)
+                home = _PlannedThreadBlock(-1, -1, 0)
                 blocks.append(home)
             for offset in range(0, cnt, MAX_COUNT):
                 piece = min(MAX_COUNT, cnt - offset)
-                copy = _Step(
+                copy = _PlannedStep(
                     "cpy",
                     _FIRST,
                     src=(src[0], src[1] + offset),
@@ -495,14 +450,14 @@ class _Lowering:
                 home.steps.insert(offset // MAX_COUNT, copy)
 
     # ------------------------------------------------------------ numbering
-    def _number(self, gpu: _Gpu) -> None:
+    def _number(self, gpu: _PlannedGpu) -> None:
         """Expand extra waits into nops, then check the runtime's limits."""
         rt = self.runtime
         for tb in gpu.threadblocks:
-            expanded: list[_Step] = []
+            expanded: list[_PlannedStep] = []
             for step in tb.steps:
                 for wait in step.waits[:-1]:
-                    expanded.append(_Step("nop", step.key, tb=tb, waits=[wait]))
+                    expanded.append(_PlannedStep("nop", step.key, tb=tb, waits=[wait]))
                 step.waits = step.waits[-1:]
                 expanded.append(step)
             tb.steps = expanded
@@ -534,35 +489,73 @@ class _Lowering:
             )
 
 
+# ================================================================ the program model
+def _gpu_model(gpu: _PlannedGpu) -> Gpu:
+    sizes = gpu.sizes
+    threadblocks = tuple(
+        ThreadBlock(
+            tb.id,
+            tb.send,
+            tb.recv,
+            tb.chan,
+            tuple(_step_model(position, step) for position, step in enumerate(tb.steps)),
+        )
+        for tb in gpu.threadblocks
+    )
+    return Gpu(gpu.id, sizes["i"], sizes["o"], sizes["s"], threadblocks)
+
+
+def _step_model(position: int, step: _PlannedStep) -> Step:
+    """The step as numbered; ``nop`` and one-sided steps fill the unused buffer side
+    as the runtimes expect (a ``nop`` names no slot, the others mirror the used side)."""
+    if step.type == "nop":
+        src: Slot = ("i", -1)
+        dst: Slot = ("o", -1)
+        cnt = 0
+    else:
+        used = step.src or step.dst
+        assert used is not None
+        src, dst, cnt = step.src or used, step.dst or used, step.cnt
+    wait = step.waits[-1] if step.waits else None
+    return Step(
+        index=position,
+        s=position,
+        type=step.type,
+        srcbuf=src[0],
+        srcoff=src[1],
+        dstbuf=dst[0],
+        dstoff=dst[1],
+        cnt=cnt,
+        depid=wait.tb.id if wait and wait.tb else -1,
+        deps=wait.tb.steps.index(wait) if wait and wait.tb else -1,
+        hasdep=int(step.signals),
+    )
+
+
 # ================================================================ messages
 def _messages(schedule: Schedule) -> list[_Message]:
-    """Rank-to-rank messages: switch hops collapse into one message (MSCCL sees no switches).
+    """Rank-to-rank messages (:meth:`Schedule.messages`: MSCCL sees no switches).
 
     A message starts when its first hop does and carries its last hop's op; it
     depends on the messages that brought its data to the sending rank.
     """
-    spec, topology, transfers = schedule.collective, schedule.topology, schedule.transfers
+    spec, transfers = schedule.collective, schedule.transfers
     rank_of = {npu: i for i, npu in enumerate(spec.ranks)}
-    message_of: dict[int, int] = {}
-    messages: list[_Message] = []
-    for index, t in enumerate(transfers):
-        if topology.is_switch(t.dst):
-            continue
-        first = index
-        while topology.is_switch(transfers[first].src):
-            first = transfers[first].deps[0]
-        head = transfers[first]
-        if head.src not in rank_of or t.dst not in rank_of:
-            outsider = head.src if head.src not in rank_of else t.dst
+    chains = schedule.messages()
+    message_of = {chain[-1]: index for index, chain in enumerate(chains)}
+    messages = []
+    for index, chain in enumerate(chains):
+        head, last = transfers[chain[0]], transfers[chain[-1]]
+        if head.src not in rank_of or last.dst not in rank_of:
+            outsider = head.src if head.src not in rank_of else last.dst
             raise TacosError(
-                f"transfer {index} involves NPU {outsider}, which is not a rank of the "
+                f"transfer {chain[-1]} involves NPU {outsider}, which is not a rank of the "
                 "collective; MSCCL algorithms run only on the communicator's GPUs"
             )
         deps = tuple(sorted({message_of[d] for d in head.deps}))
-        message_of[index] = len(messages)
         messages.append(
             _Message(
-                len(messages), rank_of[head.src], rank_of[t.dst], t.chunk, t.op, head.start, deps
+                index, rank_of[head.src], rank_of[last.dst], last.chunk, last.op, head.start, deps
             )
         )
     return messages
@@ -571,13 +564,14 @@ def _messages(schedule: Schedule) -> list[_Message]:
 # ================================================================ buffers
 class _Layout:
     """Where each chunk of the collective lives in the MSCCL buffers (the buffer table of
-    :mod:`tacos.importers.msccl_xml`)."""
+    :mod:`tacos.formats.msccl.runtime`)."""
 
     def __init__(self, spec: Collective, runtime: Runtime) -> None:
         self.spec, self.kind = spec, spec.kind
         ranks, c = spec.num_ranks, spec.chunks_per_rank
         self.per_rank = c
         self.nchunks = ranks * c if self.kind is K.ALL_TO_ALL else spec.num_chunks
+        self.user_chunks = user_buffer_chunks(self.kind, self.nchunks, ranks)
         self.coll = runtime.coll_name(self.kind)
         self.outofplace = True
         self.inplace = self.kind is not K.ALL_TO_ALL
@@ -594,8 +588,7 @@ class _Layout:
         """
         if (rank, chunk) not in self.starts:
             return None
-        small_input = self.kind in (K.ALL_GATHER, K.GATHER)
-        slot = ("i", chunk % (self.per_rank if small_input else self.nchunks))
+        slot = ("i", chunk % self.user_chunks["i"])
         final = self.output_slot(rank, chunk)
         if (
             not self.outofplace
@@ -621,13 +614,7 @@ class _Layout:
 
     def sizes(self, scratch: int) -> dict[str, int]:
         """Chunks of each buffer as the gpu element declares them."""
-        small_input = self.kind in (K.ALL_GATHER, K.GATHER)
-        small_output = self.kind in (K.REDUCE_SCATTER, K.SCATTER)
-        return {
-            "i": self.per_rank if small_input else self.nchunks,
-            "o": self.per_rank if small_output else self.nchunks,
-            "s": scratch,
-        }
+        return {**self.user_chunks, "s": scratch}
 
 
 @dataclass
@@ -766,7 +753,7 @@ def _fusion_weights(
     return weights
 
 
-def _check_buffering(gpus: Sequence[_Gpu], proto: str) -> None:
+def _check_buffering(gpus: Sequence[_PlannedGpu], proto: str) -> None:
     """Refuse programs whose connections would need more buffered calls than ``proto`` has.
 
     In the canonical order every step's waits and messages come first, so the
@@ -798,7 +785,7 @@ def _check_buffering(gpus: Sequence[_Gpu], proto: str) -> None:
 
 
 # ================================================================ dependencies
-def _add_waits(gpu: _Gpu) -> None:
+def _add_waits(gpu: _PlannedGpu) -> None:
     """Make every step wait for the conflicting accesses of other threadblocks before it.
 
     Steps are replayed in their canonical order (a global order in which every
@@ -817,18 +804,18 @@ def _add_waits(gpu: _Gpu) -> None:
     position_of = {id(step): position for _, _, position, step in order}
     tb_index_of = {id(tb): index for index, tb in enumerate(gpu.threadblocks)}
 
-    def rank(step: _Step) -> tuple[Key, int, int]:
+    def rank(step: _PlannedStep) -> tuple[Key, int, int]:
         """The canonical order, made total (start-up copies share a key)."""
         assert step.tb is not None
         return step.key, tb_index_of[id(step.tb)], position_of[id(step)]
 
-    last_write: dict[Slot, _Step] = {}
-    reads_since: dict[Slot, list[_Step]] = defaultdict(list)
+    last_write: dict[Slot, _PlannedStep] = {}
+    reads_since: dict[Slot, list[_PlannedStep]] = defaultdict(list)
     known_after: dict[int, dict[int, int]] = {}
     known_in_tb: dict[int, dict[int, int]] = defaultdict(dict)
     for _, tb_index, position, step in order:
         reads, writes = step.slots()
-        conflicts: list[_Step] = []
+        conflicts: list[_PlannedStep] = []
         for slot in reads + writes:
             if slot in last_write:
                 conflicts.append(last_write[slot])
@@ -860,7 +847,10 @@ def _add_waits(gpu: _Gpu) -> None:
 
 # ================================================================ merging
 def _merge_runs(
-    gpus: Sequence[_Gpu], send_step: dict[int, _Step], recv_step: dict[int, _Step], cap: int
+    gpus: Sequence[_PlannedGpu],
+    send_step: dict[int, _PlannedStep],
+    recv_step: dict[int, _PlannedStep],
+    cap: int,
 ) -> None:
     """Merge runs of adjacent steps into steps with ``cnt`` up to ``cap`` (see module doc).
 
@@ -872,7 +862,7 @@ def _merge_runs(
     are then cut into blocks of ``cap`` from their
     start, which again matches on both ends.
     """
-    touched: dict[tuple[int, Slot], list[tuple[Key, _ThreadBlock, bool]]] = defaultdict(list)
+    touched: dict[tuple[int, Slot], list[tuple[Key, _PlannedThreadBlock, bool]]] = defaultdict(list)
     for gpu in gpus:
         for tb in gpu.threadblocks:
             for step in tb.steps:
@@ -881,7 +871,7 @@ def _merge_runs(
                     touched[(gpu.id, slot)].append((step.key, tb, False))
                 for slot in writes:
                     touched[(gpu.id, slot)].append((step.key, tb, True))
-    follower: dict[int, _Step] = {}  # id(step) -> the step it may merge with
+    follower: dict[int, _PlannedStep] = {}  # id(step) -> the step it may merge with
     for gpu in gpus:
         for tb in gpu.threadblocks:
             for i, (a, b) in enumerate(zip(tb.steps, tb.steps[1:], strict=False)):
@@ -889,7 +879,7 @@ def _merge_runs(
                 if _mergeable(a, b) and not _touched_between(gpu.id, tb, earliest_head, b, touched):
                     follower[id(a)] = b
 
-    def partners_merge(a: _Step, b: _Step) -> bool:
+    def partners_merge(a: _PlannedStep, b: _PlannedStep) -> bool:
         """Whether the steps at the other end of ``a``'s and ``b``'s messages merge too."""
         for mine, next_mine, theirs in (
             (a.recvs, b.recvs, send_step),
@@ -911,8 +901,8 @@ def _merge_runs(
                         changed = True
     for gpu in gpus:
         for tb in gpu.threadblocks:
-            merged: list[_Step] = []
-            previous: _Step | None = None
+            merged: list[_PlannedStep] = []
+            previous: _PlannedStep | None = None
             for step in tb.steps:
                 if (
                     previous is not None
@@ -931,10 +921,10 @@ def _merge_runs(
 
 def _touched_between(
     gpu: int,
-    tb: _ThreadBlock,
-    a: _Step,
-    b: _Step,
-    touched: dict[tuple[int, Slot], list[tuple[Key, _ThreadBlock, bool]]],
+    tb: _PlannedThreadBlock,
+    a: _PlannedStep,
+    b: _PlannedStep,
+    touched: dict[tuple[int, Slot], list[tuple[Key, _PlannedThreadBlock, bool]]],
 ) -> bool:
     """Whether another threadblock reads what ``b`` writes, or writes what it touches,
     between ``a`` and ``b`` (so ``b`` cannot move up to ``a``'s place). ``a`` is the
@@ -947,7 +937,7 @@ def _touched_between(
     return False
 
 
-def _mergeable(a: _Step, b: _Step) -> bool:
+def _mergeable(a: _PlannedStep, b: _PlannedStep) -> bool:
     """Same type, one chunk each, and the next chunk on every buffer side."""
     if a.type != b.type or a.type == "cpy" or a.cnt != 1 or b.cnt != 1:
         return False
@@ -955,3 +945,6 @@ def _mergeable(a: _Step, b: _Step) -> bool:
         (x is None and y is None) or (x is not None and y is not None and (x[0], x[1] + 1) == y)
         for x, y in ((a.src, b.src), (a.dst, b.dst))
     )
+
+
+WRITER = Writer(add_arguments, MscclOptions.from_args, check_target, export)

@@ -1,21 +1,9 @@
 """ASTRA-sim analytical network configs (``network.yml``) as Topologies.
 
-What the file means, as ASTRA-sim's analytical backend reads it
-(astra-network-analytical: ``NetworkParser``, the basic topologies and the
-congestion-unaware ``MultiDimTopology``):
-
-* ``topology``, ``npus_count``, ``bandwidth``, ``latency``: lists with one entry
-  per dimension. Names are ``Ring``, ``FullyConnected`` and ``Switch`` (case
-  matters); ``npus_count`` > 1, bandwidth > 0 in GB/s of 2**30 bytes, latency
-  >= 0 in ns. Lists of different lengths are an error.
-* NPU ids: dimension 0 varies fastest, ``id = sum(coord[d] * prod(npus_count[:d]))``.
-  A dimension's groups are the NPUs that differ only in that coordinate.
-* ``Ring``: bidirectional (the backend's default), a cable between neighbours and
-  between the last and the first (a ring of two is a single cable).
-* ``FullyConnected``: a directed link for every ordered pair in the group.
-* ``Switch``: one switch per group with a cable to each NPU of the group. The
-  switches are numbered after all NPUs, dimension by dimension, groups in the
-  order of their first NPU; for one dimension that is ASTRA-sim's own switch id.
+The file and what ASTRA-sim makes of it (dimensions, NPU numbering, what a
+Ring, FullyConnected and Switch dimension connect) are described, and read, in
+:mod:`tacos.formats.astrasim`; this module builds the Topology: NPUs numbered
+as ASTRA-sim numbers them, then one switch per Switch group.
 """
 
 from __future__ import annotations
@@ -23,20 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from tacos.errors import TacosError, describe
-from tacos.exporters.astra_config import AnalyticalNetwork
+from tacos.formats.astrasim import AnalyticalNetwork, parse_network
 from tacos.importers.base import TopologyImport, cable
-from tacos.limits import MAX_LINKS, MAX_NODES, check_count
 from tacos.topology import Link, Topology
-from tacos.yamlfile import parse_yaml
 
 FORMAT_NAME = "ASTRA-sim analytical network"
-KINDS = ("Ring", "FullyConnected", "Switch")
-KEYS = ("topology", "npus_count", "bandwidth", "latency")
 
 
 def read_network(text: str, source: str) -> TopologyImport:
@@ -53,71 +33,6 @@ def read_network(text: str, source: str) -> TopologyImport:
             "use its congestion-unaware backend for this network"
         )
     return TopologyImport(build_topology(dims, Path(source).stem), FORMAT_NAME, notes=tuple(notes))
-
-
-def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:
-    """The dimensions of a network.yml, checked as ASTRA-sim checks them."""
-    node, data = parse_yaml(text, source)
-    if not (isinstance(node, yaml.MappingNode) and isinstance(data, dict)):
-        raise TacosError(f"{source}: expected a mapping with the keys {', '.join(KEYS)}")
-    value_nodes = {
-        key.value: value for key, value in node.value if isinstance(key, yaml.ScalarNode)
-    }
-    for key in KEYS:
-        if key not in data:
-            raise TacosError(
-                f"{source}: missing key {key!r}; an ASTRA-sim network lists "
-                f"{', '.join(KEYS)} with one entry per dimension"
-            )
-        if not isinstance(data[key], list):
-            raise TacosError(
-                f"{source}: line {_line(value_nodes[key])}: {key!r} must be a list with one "
-                f"entry per dimension, e.g. {key}: [ ... ]"
-            )
-    count = len(data["topology"])
-    if count == 0:
-        raise TacosError(f"{source}: line {_line(value_nodes['topology'])}: 'topology' is empty")
-    for key in KEYS[1:]:
-        if len(data[key]) != count:
-            raise TacosError(
-                f"{source}: line {_line(value_nodes[key])}: {key!r} has {len(data[key])} "
-                f"entries but 'topology' has {count}; give one entry per dimension"
-            )
-    dims = []
-    for d in range(count):
-
-        def where(key: str, d: int = d) -> str:
-            return f"{source}: line {_line(value_nodes[key], d)}: {key}[{d}]"
-
-        kind = data["topology"][d]
-        if kind not in KINDS:
-            raise TacosError(
-                f"{where('topology')}: unknown topology {describe(kind)}; ASTRA-sim's analytical "
-                f"backend knows {', '.join(KINDS)}"
-            )
-        npus = int(_number(data["npus_count"][d], where("npus_count"), whole=True))
-        bandwidth = _number(data["bandwidth"][d], where("bandwidth"))
-        latency = _number(data["latency"][d], where("latency"))
-        if npus < 2:
-            raise TacosError(f"{where('npus_count')}: {npus} NPUs; a dimension needs at least 2")
-        if not (math.isfinite(bandwidth) and bandwidth > 0):
-            raise TacosError(f"{where('bandwidth')}: {bandwidth} GB/s must be positive")
-        if not (math.isfinite(latency) and latency >= 0):
-            raise TacosError(f"{where('latency')}: {latency} ns must be >= 0")
-        dims.append(AnalyticalNetwork(kind, npus, bandwidth, latency))
-    _check_size(dims, source)
-    return dims
-
-
-def _check_size(dims: Sequence[AnalyticalNetwork], source: str) -> None:
-    """Refuse networks too big to build, from the counts alone (before any link exists)."""
-    total = 1
-    for dim in dims:
-        total *= dim.npus
-        check_count(total, MAX_NODES, "NPUs (the product of npus_count)", source)
-    per_npu = {"Ring": 2, "Switch": 2}
-    links = sum(total * per_npu.get(dim.kind, dim.npus - 1) for dim in dims)
-    check_count(links, MAX_LINKS, "directed links", source)
 
 
 def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topology:
@@ -151,23 +66,3 @@ def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topolog
                     if a != b
                 ]
     return Topology(total, tuple(links), switch - total, name)
-
-
-def _line(node: yaml.Node, item: int | None = None) -> int:
-    """1-based line of a value, or of one item of a block list."""
-    if item is not None and isinstance(node, yaml.SequenceNode) and item < len(node.value):
-        node = node.value[item]
-    return int(node.start_mark.line) + 1
-
-
-def _number(value: Any, where: str, *, whole: bool = False) -> float:
-    """A number as ASTRA-sim's YAML reader takes it: quoted or not, never a boolean."""
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = float(value)
-    except (TypeError, ValueError):
-        raise TacosError(f"{where}: {describe(value)} is not a number") from None
-    if whole and not number.is_integer():
-        raise TacosError(f"{where}: {describe(value)} is not a whole number")
-    return number

@@ -1,4 +1,4 @@
-"""What every topology importer returns, so the CLI treats formats alike.
+"""What readers return and declare, so the registry and the CLI treat formats alike.
 
 Other tools number and describe nodes their own way: ns-3 lets switch ids sit
 between NPU ids, htsim builds a fat tree from per-tier radixes. A
@@ -9,11 +9,56 @@ importer returns the topology together with the file's own id of every node
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
+from tacos.collective import CollectiveKind
+from tacos.formats.arguments import ArgumentAdder
+from tacos.schedule import Schedule
 from tacos.topology import GIB, Link, Topology
+
+OptionsT = TypeVar("OptionsT")
+
+
+class TopologyReader(Protocol):
+    """Reads a topology file's text (``source`` names it in errors)."""
+
+    def __call__(self, text: str, source: str) -> TopologyImport: ...
+
+
+class ScheduleReader(Protocol):
+    """Reads a schedule; ``collective`` and ``topology`` are what the command line says."""
+
+    def __call__(
+        self,
+        source: str | Path,
+        /,
+        *,
+        collective: CollectiveKind | None = None,
+        topology: Topology | None = None,
+    ) -> Schedule: ...
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """A format's verdict on one of its files, judged by the file alone (``tacos verify``)."""
+
+    ok: bool
+    data: dict[str, Any]
+    text: str
+
+
+@dataclass(frozen=True)
+class Checker(Generic[OptionsT]):
+    """A format's check of its own files, with the options it adds to ``tacos verify``."""
+
+    add_arguments: Callable[[ArgumentAdder], None]
+    options_from_args: Callable[[argparse.Namespace], OptionsT]
+    check: Callable[[Path, OptionsT], FileCheck]
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tacos.chakra_io import GlobalMetadata, Node, NodeType, get_attr, read_et
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.exporters.chakra import CHUNK_ATTRIBUTE
+from tacos.formats.chakra import CHUNK_ATTRIBUTE, GlobalMetadata, Node, NodeType, get_attr, read_et
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.synthesizer.routes import Route, routes_from
 from tacos.topology import Topology
@@ -118,14 +117,14 @@ def load_et_set(prefix: str | Path) -> EtSet:
     if ranks != list(range(len(ranks))):  # the smallest gap is at most len(ranks)
         missing = min(set(range(len(ranks) + 1)) - set(ranks))
         raise TacosError(f"{prefix}: rank files must be contiguous from 0; {missing} is missing")
-    paths = {rank: files[rank][0] for rank in ranks}
+    rank_files = {rank: files[rank][0] for rank in ranks}
     traces = {}
-    for rank, path in paths.items():
+    for rank, path in rank_files.items():
         try:
             traces[rank] = read_et(path)
         except OSError as err:
             raise TacosError(f"{path}: cannot read: {err}") from None
-    return EtSet(prefix, traces, paths)
+    return EtSet(prefix, traces, rank_files)
 
 
 def match_messages(et_set: EtSet) -> list[Message]:

@@ -1,18 +1,11 @@
-"""MSCCL algorithm XML: read it safely, run it symbolically, check it, import it.
+"""MSCCL algorithm XML in: an algorithm as a Schedule.
 
-This module owns the import: :func:`to_schedule` turns the event trace of
-:func:`~tacos.importers.msccl_execute.execute` (every chunk each receive step
+:func:`to_schedule` turns the event trace of
+:func:`~tacos.formats.msccl.execute.execute` (every chunk each receive step
 took, with the earlier receives whose data it carried) into a
 :class:`~tacos.schedule.Schedule` on a fully connected topology, which
-:func:`tacos.verify` can check. The rest lives in one module per concept, and
-everything public there is re-exported here (``tacos.importers.msccl`` is
-what the CLI, the exporter and the tests import):
-
-* :mod:`tacos.importers.msccl_xml` -- the runtimes' facts (limits, step
-  semantics), the model and the safe reader with its format lint;
-* :mod:`tacos.importers.msccl_execute` -- buffer layout (in-place aliasing),
-  symbolic values, the interpreter and the collectives' postconditions;
-* :mod:`tacos.importers.msccl_check` -- the checker and its report.
+:func:`tacos.verify` can check. The program model, the XML reader, the
+checker and the interpreter are the format's own (:mod:`tacos.formats.msccl`).
 
 Example:
     >>> schedule = to_schedule(load(Path("ag_ring_8ch2_Simple.xml")))  # doctest: +SKIP
@@ -20,82 +13,31 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.importers.msccl_check import MAX_REPORTED, CheckReport, _modes, check, detect_runtime
-from tacos.importers.msccl_execute import (
-    Delivery,
-    Execution,
-    Value,
-    _describe,
-    execute,
-    in_place_slot,
-)
-from tacos.importers.msccl_xml import (
-    BUFFERS,
-    CHUNK_EFFECTIVE_BYTES,
-    FIFO_CALLS,
-    LEGACY_DEFAULT_MAX_BYTES,
-    MAX_ATTRIBUTES,
-    MAX_COUNT,
-    MAX_DEPID,
-    MAX_NODES_PER_RANK,
-    MAX_TBS_PER_CHANNEL,
-    MAX_VALUE_CHARS,
-    PROTOCOLS,
+from tacos.formats.arguments import ArgumentAdder
+from tacos.formats.msccl import (
     RUNTIMES,
-    STEP_TYPES,
     Algorithm,
-    Gpu,
-    Runtime,
-    Step,
+    Delivery,
     StepRef,
-    StepType,
-    ThreadBlock,
+    Value,
+    call_modes,
+    check,
+    describe_value,
+    detect_runtime,
+    execute,
     load,
 )
+from tacos.importers.base import Checker, FileCheck
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.topology import Topology
-
-__all__ = [
-    "BUFFERS",
-    "CHUNK_EFFECTIVE_BYTES",
-    "FIFO_CALLS",
-    "LEGACY_DEFAULT_MAX_BYTES",
-    "MAX_ATTRIBUTES",
-    "MAX_COUNT",
-    "MAX_DEPID",
-    "MAX_NODES_PER_RANK",
-    "MAX_REPORTED",
-    "MAX_TBS_PER_CHANNEL",
-    "MAX_VALUE_CHARS",
-    "PROTOCOLS",
-    "RUNTIMES",
-    "STEP_TYPES",
-    "Algorithm",
-    "CheckReport",
-    "Delivery",
-    "Execution",
-    "Gpu",
-    "Runtime",
-    "Step",
-    "StepRef",
-    "StepType",
-    "ThreadBlock",
-    "Value",
-    "check",
-    "detect_runtime",
-    "execute",
-    "import_schedule",
-    "in_place_slot",
-    "load",
-    "to_schedule",
-]
 
 K = CollectiveKind
 
@@ -135,7 +77,7 @@ def to_schedule(
         topology = Topology.fully_connected(ngpus)
     elif topology.num_npus < ngpus:
         raise TacosError(f"{algorithm.source}: {ngpus} GPUs do not fit {topology.describe()}")
-    execution = execute(algorithm, inplace=_modes(algorithm, runtime)[0], track_data=True)
+    execution = execute(algorithm, inplace=call_modes(algorithm, runtime)[0], track_data=True)
     return _ScheduleBuilder(spec, topology, n).build(execution.deliveries, algorithm.source)
 
 
@@ -159,6 +101,52 @@ def import_schedule(
     return schedule
 
 
+# ================================================================ check
+@dataclass(frozen=True)
+class CheckOptions:
+    """``tacos verify --format msccl``: the runtime whose rules apply (None: the file's kind
+    says) and the root of a broadcast or reduce (None: found from the file)."""
+
+    runtime: str | None = None
+    root: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CheckOptions:
+        return cls(runtime=args.msccl_runtime, root=args.root)
+
+
+def add_check_arguments(parser: ArgumentAdder) -> None:
+    parser.add_argument(
+        "--msccl-runtime",
+        choices=sorted(RUNTIMES),
+        help="--format msccl: the runtime whose rules apply (default: executor if the file "
+        "has outofplace=, else legacy)",
+    )
+    parser.add_argument("--root", type=int, help="--format msccl: the root of a broadcast/reduce")
+
+
+def check_file(path: Path, options: CheckOptions) -> FileCheck:
+    """Check an MSCCL XML by running it symbolically (format, limits, deadlock, result)."""
+    report = check(load(path), runtime=options.runtime, root=options.root)
+    data = {
+        "file": str(path),
+        "verified": report.ok,
+        "runtime": report.runtime,
+        "collective": report.coll,
+        "ngpus": report.ngpus,
+        "root": report.root,
+        "checked": report.checked,
+        "error_count": report.error_count,
+        "errors": report.errors,
+        "warnings": report.warnings,
+    }
+    warnings = "".join(f"\n  warning: {w}" for w in report.warnings)
+    return FileCheck(report.ok, data, f"{path}: {report.summary()}{warnings}")
+
+
+CHECKER = Checker(add_check_arguments, CheckOptions.from_args, check_file)
+
+
 class _ScheduleBuilder:
     """Deliveries -> transfers with IR ops, dependencies and link-model times."""
 
@@ -177,7 +165,7 @@ class _ScheduleBuilder:
             or (len(pairs) > 1 and not spec.kind.reduces)
         ):
             raise TacosError(
-                f"{source}: {where} moves {_describe(value, n)}, which is no chunk of the "
+                f"{source}: {where} moves {describe_value(value, n)}, which is no chunk of the "
                 f"{spec.kind}"
             )
         rank, c = pairs[0]

@@ -2,5 +2,6 @@
 
 ``et_def.proto`` is TACOS's wire-compatible copy of Chakra's schema; ``et_def_pb2`` is generated
 from it by ``scripts/regen_proto.py`` (never edit it by hand). Read and write ET files through
-:mod:`tacos.chakra_io` rather than these classes' raw (de)serialisers: a file is a framed stream.
+:mod:`tacos.formats.chakra` rather than these classes' raw (de)serialisers: a file is a framed
+stream.
 """

@@ -1,4 +1,4 @@
-"""Regenerate proto/et_def_pb2.py from proto/et_def.proto, or check that it is current.
+"""Regenerate proto/et_def_pb2.py (and its type stub) from proto/et_def.proto, or check them.
 
 Why a pinned generator: protoc stamps the Python code it generates, and code from protoc 27
 or newer calls ``ValidateProtobufRuntimeVersion``, which refuses any protobuf runtime older
@@ -11,6 +11,9 @@ project dependency; install it in a scratch venv:
     /tmp/venv-protoc/bin/pip install grpcio-tools==1.64.3
     /tmp/venv-protoc/bin/python scripts/regen_proto.py           # rewrite et_def_pb2.py
     /tmp/venv-protoc/bin/python scripts/regen_proto.py --check   # exit 1 if it is stale
+
+The same protoc writes ``et_def_pb2.pyi``, the stub through which mypy sees the message
+classes (the generated module builds them at run time, so it has no types of its own).
 
 Exit status: 0 written / up to date, 1 stale (--check), 2 wrong or missing grpcio-tools.
 """
@@ -28,6 +31,7 @@ PINNED_GRPCIO_TOOLS = "1.64.3"
 PROTO_DIR = Path(__file__).resolve().parents[1] / "proto"
 PROTO_FILE = PROTO_DIR / "et_def.proto"
 GENERATED = PROTO_DIR / "et_def_pb2.py"
+STUB = PROTO_DIR / "et_def_pb2.pyi"
 
 
 def installed_grpcio_tools() -> str | None:
@@ -38,8 +42,8 @@ def installed_grpcio_tools() -> str | None:
         return None
 
 
-def generate(out_dir: Path) -> Path:
-    """Run the bundled protoc on et_def.proto into out_dir; return the generated module's path.
+def generate(out_dir: Path) -> list[Path]:
+    """Run the bundled protoc on et_def.proto into out_dir; return the module's and stub's paths.
 
     The include path is the proto directory itself, so the descriptor's file name is plain
     ``et_def.proto`` (as in Chakra) and the module imports no other generated module.
@@ -47,11 +51,17 @@ def generate(out_dir: Path) -> Path:
     from grpc_tools import protoc  # imported late: only this script needs it
 
     status = protoc.main(
-        ["protoc", f"--proto_path={PROTO_DIR}", f"--python_out={out_dir}", str(PROTO_FILE)]
+        [
+            "protoc",
+            f"--proto_path={PROTO_DIR}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            str(PROTO_FILE),
+        ]
     )
     if status != 0:
         raise SystemExit(f"protoc failed on {PROTO_FILE} (exit {status}); see its message above")
-    return out_dir / GENERATED.name
+    return [out_dir / GENERATED.name, out_dir / STUB.name]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,16 +86,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     with tempfile.TemporaryDirectory(prefix="tacos-regen-proto-") as tmp:
-        fresh = generate(Path(tmp))
+        pairs = list(zip(generate(Path(tmp)), (GENERATED, STUB), strict=True))
         if not args.check:
-            shutil.copyfile(fresh, GENERATED)
-            print(f"regen_proto: wrote {GENERATED}")
+            for fresh, checked_in in pairs:
+                shutil.copyfile(fresh, checked_in)
+                print(f"regen_proto: wrote {checked_in}")
             return 0
-        if GENERATED.exists() and GENERATED.read_bytes() == fresh.read_bytes():
-            print(f"regen_proto: {GENERATED.name} is up to date")
+        stale = [c for f, c in pairs if not c.exists() or c.read_bytes() != f.read_bytes()]
+        if not stale:
+            print(f"regen_proto: {GENERATED.name} and {STUB.name} are up to date")
             return 0
     print(
-        f"regen_proto: {GENERATED} differs from what {PROTO_FILE.name} generates; "
+        f"regen_proto: {', '.join(map(str, stale))} differ from what {PROTO_FILE.name} generates; "
         f"run scripts/regen_proto.py and commit the result",
         file=sys.stderr,
     )

@@ -13,10 +13,11 @@ The public API in one import::
 from tacos.bounds import LowerBounds, lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
+from tacos.registry import load_topology
 from tacos.schedule import Op, RankProgram, RankStep, Schedule, StepKind, Transfer
 from tacos.simulate import SimulationResult, simulate
 from tacos.synthesizer import synthesize
-from tacos.topology import Link, Topology, from_spec, load_topology
+from tacos.topology import Link, Topology, from_spec
 from tacos.verify import VerificationReport, verify
 
 __version__ = "0.1.0"

@@ -20,19 +20,20 @@ from typing import Any
 from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
-from tacos.exporters import EXPORTERS, ExportOptions, get_exporter
 from tacos.failures import parse_groups, parse_ids, parse_links, to_current_ids, without_failures
-from tacos.importers import (
-    SCHEDULE_IMPORTERS,
-    import_schedule,
-    import_topology,
-    reads_topology,
-    schedule_format_of,
-)
-from tacos.importers import msccl as msccl_xml
 from tacos.importers.base import TopologyImport
 from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
+from tacos.registry import (
+    checkers,
+    import_schedule,
+    import_topology,
+    load_topology,
+    reads_topology,
+    schedule_format_of,
+    schedule_formats,
+    writers,
+)
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
 from tacos.simulate import simulate
 from tacos.stream import stream_all_gather
@@ -51,7 +52,6 @@ from tacos.topology import (
     Topology,
     from_spec,
     is_spec,
-    load_topology,
 )
 from tacos.verify import verify
 
@@ -87,18 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--format",
         default="json",
-        choices=sorted({"json", "msccl", *SCHEDULE_IMPORTERS}),
+        choices=sorted({"json", *schedule_formats(), *checkers()}),
         help="json (default): a TACOS schedule; chakra: traces PREFIX.<rank>.et; "
         "msccl: an MSCCL algorithm XML, run symbolically as the GPU runtimes would",
     )
     _add_import_arguments(p)
-    p.add_argument(
-        "--msccl-runtime",
-        choices=sorted(msccl_xml.RUNTIMES),
-        help="--format msccl: the runtime whose rules apply (default: executor if the file "
-        "has outofplace=, else legacy)",
-    )
-    p.add_argument("--root", type=int, help="--format msccl: the root of a broadcast/reduce")
+    for name, checker in checkers().items():
+        checker.add_arguments(p.add_argument_group(f"{name} format"))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_cmd_verify)
 
@@ -163,36 +158,22 @@ def export_main(argv: Sequence[str] | None = None) -> int:
         description="Export a collective schedule. Without --schedule, one is synthesized "
         f"(default: {DEFAULT_COLLECTIVE} on {DEFAULT_TOPOLOGY}).",
     )
-    parser.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="output format")
+    parser.add_argument("--format", required=True, choices=sorted(writers()), help="output format")
     parser.add_argument("--schedule", type=Path, help="export this schedule JSON instead")
     parser.add_argument(
         "--from",
         dest="import_from",
         nargs=2,
         metavar=("FORMAT", "SOURCE"),
-        help=f"export a schedule imported from another format ({', '.join(SCHEDULE_IMPORTERS)}), "
+        help=f"export a schedule imported from another format ({', '.join(schedule_formats())}), "
         "e.g. --from chakra PREFIX; --topology and --collective then apply to the import",
     )
     _add_problem_arguments(parser)
     parser.add_argument(
         "-o", "--output", type=_output_path, required=True, help="output file or directory"
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="write a bundle into a non-empty directory that tacos did not write "
-        "(its other files are kept; same-named files are replaced)",
-    )
-    msccl = parser.add_argument_group("msccl format")
-    msccl.add_argument("--nchannels", type=int, default=1, help="channels to spread chunks over")
-    msccl.add_argument("--proto", choices=msccl_xml.PROTOCOLS, default="Simple", help="protocol")
-    msccl.add_argument(
-        "--msccl-runtime",
-        choices=sorted(msccl_xml.RUNTIMES),
-        default="executor",
-        help="executor (msccl-executor-nccl; also what RCCL reads, rccl applies its "
-        "tighter limits) or legacy (the NCCL 2.12 MSCCL interpreter)",
-    )
+    for name, writer in writers().items():
+        writer.add_arguments(parser.add_argument_group(f"{name} format"))
     parser.set_defaults(handler=_cmd_export)
     return _run(parser, argv)
 
@@ -572,8 +553,12 @@ def _tenant_table(schedules: list[Schedule], args: argparse.Namespace) -> list[d
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    if args.format == "msccl":
-        return _verify_msccl(args)
+    checker = checkers().get(args.format)
+    if checker is not None:
+        _refuse_import_arguments(args, f"to --format {args.format}, which checks the file itself")
+        result = checker.check(args.file, checker.options_from_args(args))
+        _emit(args, result.data, result.text)
+        return 0 if result.ok else 1
     if args.format == "json":
         _refuse_import_arguments(args, "with --format json")
         schedules = load_schedules(args.file)
@@ -595,27 +580,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     ]
     _emit(args, data, "\n".join(lines))
     return 0 if ok else 1
-
-
-def _verify_msccl(args: argparse.Namespace) -> int:
-    """Check an MSCCL XML by running it symbolically (format, limits, deadlock, result)."""
-    _refuse_import_arguments(args, "to --format msccl, which checks the XML itself")
-    report = msccl_xml.check(msccl_xml.load(args.file), runtime=args.msccl_runtime, root=args.root)
-    data = {
-        "file": str(args.file),
-        "verified": report.ok,
-        "runtime": report.runtime,
-        "collective": report.coll,
-        "ngpus": report.ngpus,
-        "root": report.root,
-        "checked": report.checked,
-        "error_count": report.error_count,
-        "errors": report.errors,
-        "warnings": report.warnings,
-    }
-    warnings = "".join(f"\n  warning: {w}" for w in report.warnings)
-    _emit(args, data, f"{args.file}: {report.summary()}{warnings}")
-    return 0 if report.ok else 1
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -652,8 +616,9 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    exporter = get_exporter(args.format)
-    exporter.check_target(args.output, ExportOptions(_format_settings(args)))
+    writer = writers()[args.format]
+    options = writer.options_from_args(args)
+    writer.check_target(args.output, options)
     if args.schedule:
         if args.topology or args.collective or args.import_from:
             raise TacosError("give either --schedule or --from or --topology/--collective")
@@ -664,8 +629,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     else:
         schedules, seconds = _synthesize_from_args(args)
     schedule = merge_tenants(schedules)
-    settings = {**_format_settings(args), "tenant_schedules": schedules}
-    result = exporter.export(schedule, args.output, ExportOptions(settings))
+    result = writer.export(schedules, args.output, options)
     nodes = f", {result.nodes} nodes" if result.nodes else ""
     print(
         f"wrote {len(result.files)} file(s) to {args.output} ({args.format}): "
@@ -676,11 +640,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"  note: {note}")
     return 0
-
-
-def _format_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Format-specific options are whatever the parser has beyond the common ones."""
-    return {k: v for k, v in vars(args).items() if k != "handler"}
 
 
 def _add_import_arguments(parser: argparse.ArgumentParser) -> None:

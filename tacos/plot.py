@@ -36,7 +36,7 @@ import numpy as np
 from tacos.errors import TacosError
 from tacos.output import write_bytes_atomic
 from tacos.schedule import Schedule
-from tacos.sweep import TABLE_NAME, Row, read_table, spec_dimensions
+from tacos.sweep import TABLE_NAME, Row, dimensions, read_table
 from tacos.topology import Topology
 
 if TYPE_CHECKING:
@@ -340,11 +340,11 @@ def _label_rows(ax: Axes, labels: Sequence[str], what: str) -> None:
 def _layout(topology: Topology) -> tuple[np.ndarray, bool]:
     """Node positions, and whether they are a grid (where long links must bow around nodes).
 
-    Meshes, tori and hypercubes (by name) are laid out by coordinates, even
+    Meshes, tori and hypercubes (by structure) are laid out by coordinates, even
     dimensions across and odd ones down, blocks a gap apart; switched networks
     as NPUs around their switches; the rest by networkx.
     """
-    dims = spec_dimensions(topology.name)
+    dims = dimensions(topology)
     if dims and topology.num_switches == 0 and int(np.prod(dims)) == topology.num_npus:
         return _grid_positions(dims, topology.num_npus), True
     graph = nx.Graph()
@@ -353,15 +353,16 @@ def _layout(topology: Topology) -> tuple[np.ndarray, bool]:
     if topology.num_switches:
         shells = [list(range(topology.num_npus, topology.num_nodes)), list(topology.npus)]
         placed = nx.shell_layout(graph, shells)
-    elif topology.num_nodes < _LAYOUT_SPRING_MAX_NODES and not _named_like_a_circle(topology):
+    elif topology.num_nodes < _LAYOUT_SPRING_MAX_NODES and not _built_as_a_circle(topology):
         placed = nx.spring_layout(graph, seed=0)
     else:
         placed = nx.circular_layout(graph)
     return np.array([placed[node] for node in range(topology.num_nodes)]), False
 
 
-def _named_like_a_circle(topology: Topology) -> bool:
-    return topology.name.startswith(("ring:", "fully-connected:"))
+def _built_as_a_circle(topology: Topology) -> bool:
+    structure = topology.structure
+    return structure is not None and structure.kind in ("ring", "fully-connected")
 
 
 def _grid_positions(dims: Sequence[int], count: int) -> np.ndarray:

@@ -14,12 +14,15 @@ A sweep file lists values; the sweep is the product of its lists::
     bandwidths: [null, 100, [150, 50]]  # optional, GB/s
     latencies: [0.5]                    # optional, us
 
-A bandwidth or latency entry is ``null`` (keep the topology's own links), a
-number (every link), or a list with one value per dimension of a mesh or torus
-(its grid dimensions) or hypercube (its bits), as in LIBRA's per-dimension
-bandwidth split. A list only combines with topologies of as many dimensions;
-other combinations are not points of the design space and are skipped, but a
-list that fits no topology at all is an error.
+A topology is a spec or any file ``--topology`` accepts (tacos .csv/.json,
+ASTRA-sim network .yml, ns-3 .txt, htsim .topo). A bandwidth or latency entry
+is ``null`` (keep the topology's own links), a number (every link), or a list
+with one value per dimension of a mesh or torus (its grid dimensions) or
+hypercube (its bits), as in LIBRA's per-dimension bandwidth split: the
+dimensions a topology's :class:`~tacos.topology.Structure` names. A list only
+combines with topologies of as many dimensions; other combinations are not
+points of the design space and are skipped, but a list that fits no topology at
+all is an error.
 
 The results table is CSV, not Parquet, because it is the sweep's journal: one
 line is appended and flushed per finished point, so an interrupted sweep keeps
@@ -42,7 +45,6 @@ import logging
 import math
 import multiprocessing
 import os
-import re
 import signal
 import threading
 import time
@@ -59,8 +61,9 @@ from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError, describe
 from tacos.limits import MAX_SWEEP_POINTS
 from tacos.output import write_text_atomic
+from tacos.registry import names_topology_file, read_topology_file
 from tacos.synthesizer import synthesize
-from tacos.topology import Link, Topology, from_spec, read_csv, read_json
+from tacos.topology import Link, Topology, from_spec
 from tacos.verify import verify
 from tacos.yamlfile import parse_yaml
 
@@ -98,25 +101,12 @@ LinkValue = float | tuple[float, ...] | None
 """A bandwidth or latency setting: keep the topology's, one for every link, or one per dimension."""
 Row = dict[str, str]
 
-_DIMENSIONED = re.compile(r"^(?:(?P<grid>mesh|torus)(?:\dd)?|hypercube):(?P<sizes>\d+(?:x\d+)*)$")
-
 
 # ------------------------------------------------------------------ dimensions
-def spec_dimensions(spec: str) -> tuple[int, ...] | None:
-    """Sizes of the dimensions a generated topology's links run along, or None if it has none.
-
-    Meshes and tori have their grid sizes (dimension 0 fastest, as
-    :meth:`Topology.grid` numbers nodes); ``hypercube:D`` has D dimensions of
-    size 2 (its bits). Rings, fully-connected, switch and file topologies have none.
-
-    >>> spec_dimensions("torus2d:4x2"), spec_dimensions("hypercube:3"), spec_dimensions("ring:8")
-    ((4, 2), (2, 2, 2), None)
-    """
-    match = _DIMENSIONED.match(spec.strip().lower())
-    if not match:
-        return None
-    sizes = tuple(int(x) for x in match["sizes"].split("x"))
-    return sizes if match["grid"] else (2,) * sizes[0]
+def dimensions(topology: Topology) -> tuple[int, ...] | None:
+    """Sizes of the dimensions the topology's links run along (its structure), or None."""
+    structure = topology.structure
+    return structure.dims if structure is not None and structure.dims else None
 
 
 def link_dimension(link: Link, dims: Sequence[int]) -> int:
@@ -191,7 +181,7 @@ def build_topology(point: SweepPoint) -> Topology:
     base = point.topology_file or from_spec(point.topology)
     if point.bandwidth is None and point.latency is None:
         return base
-    dims = None if point.topology_file else spec_dimensions(point.topology)
+    dims = dimensions(base)
     links = tuple(
         replace(
             link,
@@ -200,7 +190,7 @@ def build_topology(point: SweepPoint) -> Topology:
         )
         for link in base.links
     )
-    return Topology(base.num_npus, links, base.num_switches, base.name)
+    return replace(base, links=links)
 
 
 def run_point(point: SweepPoint) -> Row:
@@ -353,16 +343,10 @@ def _topology_entry(
     """(name as written, parsed file or None, dimensions) for one ``topologies`` entry."""
     if not isinstance(value, str):
         raise TacosError(f"{where}: {describe(value)} is not a topology spec or file name")
-    if Path(value).suffix.lower() not in (".csv", ".json"):
-        _wrap(from_spec, value, where)
-        return value, None, spec_dimensions(value)
-    path = base_dir / value
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise TacosError(f"{where}: cannot read topology file {path}: {err}") from None
-    reader = read_csv if path.suffix.lower() == ".csv" else read_json
-    return value, _wrap(reader, text, where, str(path)), None
+    if not names_topology_file(value):
+        return value, None, dimensions(_wrap(from_spec, value, where))
+    topology = _wrap(read_topology_file, base_dir / value, where)
+    return value, topology, dimensions(topology)
 
 
 def _wrap(parse: Callable[..., Any], value: Any, where: str, *more: Any) -> Any:

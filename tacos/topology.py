@@ -45,6 +45,8 @@ DEFAULT_LATENCY_US = 0.5
 TOPOLOGY_FORMAT = "tacos-topology"
 TOPOLOGY_VERSION = 1
 CSV_HEADER = ("src", "dst", "bandwidth_GBps", "latency_us")
+TOPOLOGY_FILE_SUFFIXES = (".csv", ".json")
+"""tacos's own topology files; other tools' files are formats (:mod:`tacos.registry`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,26 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Structure:
+    """How a generated topology is built, so that tools read it instead of parsing names.
+
+    ``kind`` is its generator: ``ring``, ``fully-connected``, ``switch``, ``mesh``,
+    ``torus``, ``hypercube``, ``fat-tree``, ``dgx`` or ``xgmi``. ``dims`` are the
+    sizes of the dimensions its links run along, dimension 0 fastest as
+    :meth:`Topology.grid` numbers nodes: a mesh's or torus's grid sizes, and ``D``
+    twos for ``hypercube:D`` (its bits); the other kinds have none.
+
+    >>> Topology.grid((4, 2), wrap=True).structure
+    Structure(kind='torus', dims=(4, 2))
+    >>> from_spec("hypercube:3").structure.dims
+    (2, 2, 2)
+    """
+
+    kind: str
+    dims: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Topology:
     """NPUs ``0..num_npus-1``, switches after them, and directed links.
 
@@ -73,6 +95,7 @@ class Topology:
     Parallel links between the same pair are allowed (several cables).
     ``original_ids`` maps each node to its id before failed parts were removed
     (:func:`tacos.failures.without_failures`); empty means unchanged.
+    ``structure`` says how a generator built it (None: a file or a changed network).
     """
 
     num_npus: int
@@ -80,6 +103,7 @@ class Topology:
     num_switches: int = 0
     name: str = ""
     original_ids: tuple[int, ...] = ()
+    structure: Structure | None = None
 
     def __post_init__(self) -> None:
         if self.num_npus < 1:
@@ -90,6 +114,15 @@ class Topology:
             _check_link(link, index, self.num_nodes, self.name)
         if self.original_ids and len(self.original_ids) != self.num_nodes:
             raise TacosError(f"topology {self.name!r}: original_ids must name every node")
+        if (
+            self.structure
+            and self.structure.dims
+            and math.prod(self.structure.dims) != self.num_npus
+        ):
+            raise TacosError(
+                f"topology {self.name!r}: structure dims {list(self.structure.dims)} do not "
+                f"multiply to its {self.num_npus} NPUs"
+            )
 
     def label(self, node: int) -> int:
         """The id a user knows ``node`` by (its id before failures were removed)."""
@@ -197,6 +230,7 @@ class Topology:
         num_switches: int = 0,
         name: str = "",
         bidirectional: bool = True,
+        structure: Structure | None = None,
     ) -> Topology:
         """Build a homogeneous topology from node pairs; duplicates are dropped."""
         seen: set[tuple[int, int]] = set()
@@ -206,13 +240,14 @@ class Topology:
                 if a != b and (a, b) not in seen:
                     seen.add((a, b))
                     links.append(Link(a, b, bandwidth_GBps, latency_us))
-        return cls(num_npus, tuple(links), num_switches, name)
+        return cls(num_npus, tuple(links), num_switches, name, structure=structure)
 
     @classmethod
     def ring(cls, n: int, **kw: Any) -> Topology:
         """Bidirectional ring of ``n`` NPUs."""
         _require(n >= 2, f"ring:{n} needs at least 2 NPUs")
         kw.setdefault("name", f"ring:{n}")
+        kw.setdefault("structure", Structure("ring"))
         return cls.from_edges(n, ((i, (i + 1) % n) for i in range(n)), **kw)
 
     @classmethod
@@ -220,6 +255,7 @@ class Topology:
         """Every NPU has a direct link to every other NPU."""
         _require(n >= 2, f"fully-connected:{n} needs at least 2 NPUs")
         kw.setdefault("name", f"fully-connected:{n}")
+        kw.setdefault("structure", Structure("fully-connected"))
         return cls.from_edges(n, itertools.combinations(range(n), 2), **kw)
 
     @classmethod
@@ -230,6 +266,7 @@ class Topology:
         _require(n >= 2, f"grid {list(dims)} has fewer than 2 NPUs")
         kind = "torus" if wrap else "mesh"
         kw.setdefault("name", f"{kind}{len(dims)}d:" + "x".join(map(str, dims)))
+        kw.setdefault("structure", Structure(kind, tuple(dims)))
         strides = [math.prod(dims[:i]) for i in range(len(dims))]
         edges = []
         for node in range(n):
@@ -246,6 +283,7 @@ class Topology:
         """``n`` NPUs, each with one link to and one from a single switch (node ``n``)."""
         _require(n >= 2, f"switch:{n} needs at least 2 NPUs")
         kw.setdefault("name", f"switch:{n}")
+        kw.setdefault("structure", Structure("switch"))
         return cls.from_edges(n, ((i, n) for i in range(n)), num_switches=1, **kw)
 
     @classmethod
@@ -254,6 +292,7 @@ class Topology:
         _require(1 <= dim <= 20, f"hypercube:{dim} needs 1 <= dimension <= 20")
         n = 2**dim
         kw.setdefault("name", f"hypercube:{dim}")
+        kw.setdefault("structure", Structure("hypercube", (2,) * dim))
         edges = ((u, u ^ (1 << b)) for u in range(n) for b in range(dim) if u < u ^ (1 << b))
         return cls.from_edges(n, edges, **kw)
 
@@ -320,6 +359,8 @@ class Topology:
         }
         if self.original_ids:
             data["original_ids"] = list(self.original_ids)
+        if self.structure is not None:
+            data["structure"] = {"kind": self.structure.kind, "dims": list(self.structure.dims)}
         data["links"] = [[lk.src, lk.dst, lk.bandwidth_GBps, lk.latency_us] for lk in self.links]
         return data
 
@@ -371,10 +412,32 @@ class Topology:
             switches,
             str(data.get("name", "")),
             tuple(_as_int(x, f"{source}: original_ids") for x in original),
+            _structure_from_json(data.get("structure"), f"{source}: structure"),
         )
 
 
-_JSON_FIELDS = ("format", "version", "name", "npus", "switches", "original_ids", "links")
+_JSON_FIELDS = (
+    "format", "version", "name", "npus", "switches", "original_ids", "structure", "links",
+)  # fmt: skip
+
+
+def _structure_from_json(value: Any, where: str) -> Structure | None:
+    """The optional ``structure`` field (files written before it existed have none)."""
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and isinstance(value.get("kind"), str)):
+        raise TacosError(f'{where}: expected {{"kind": "torus", "dims": [4, 4]}}')
+    unknown = sorted(str(key) for key in value if key not in ("kind", "dims"))
+    if unknown:
+        raise TacosError(f"{where}: unknown field {unknown[0][:40]!r}; use kind and dims")
+    dims = value.get("dims", [])
+    if not isinstance(dims, list):
+        raise TacosError(f"{where}: dims must be a list of dimension sizes")
+    sizes = tuple(_as_int(size, f"{where}: dims") for size in dims)
+    if any(size < 1 for size in sizes):
+        raise TacosError(f"{where}: dims must be sizes of at least 1, got {list(sizes)}")
+    return Structure(value["kind"], sizes)
+
 
 # ------------------------------------------------------------------ loading
 _SPEC = re.compile(r"^(?P<kind>[a-z0-9-]+):(?P<args>[0-9x]+)(?:,(?P<options>.*))?$")
@@ -432,11 +495,11 @@ def from_spec(
     kw: dict[str, Any] = {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
     if kind == "fat-tree":
         _require(len(numbers) == 1, f"{spec!r}: fat-tree takes one number, e.g. fat-tree:4")
-        return _from_layout(clusters.fat_tree(numbers[0], **kw), f"fat-tree:{numbers[0]}")
+        return _from_layout(clusters.fat_tree(numbers[0], **kw), f"fat-tree:{numbers[0]}", kind)
     if kind in ("dgx", "xgmi"):
         _require(len(numbers) == 2, f"{spec!r}: {kind} takes NODESxGPUS, e.g. {kind}:2x8")
         build = clusters.dgx if kind == "dgx" else clusters.xgmi
-        return _from_layout(build(numbers[0], numbers[1], options), spec.strip().lower())
+        return _from_layout(build(numbers[0], numbers[1], options), spec.strip().lower(), kind)
     _check_spec_size(kind, numbers, spec)
     if kind in ("ring", "fully-connected", "hypercube", "switch"):
         _require(len(numbers) == 1, f"{spec!r}: {kind} takes one number, e.g. {kind}:8")
@@ -468,9 +531,9 @@ def _check_spec_size(kind: str, numbers: Sequence[int], spec: str) -> None:
     check_count(npus * per_npu, MAX_LINKS, "directed links", spec.strip())
 
 
-def _from_layout(layout: clusters.Layout, name: str) -> Topology:
+def _from_layout(layout: clusters.Layout, name: str, kind: str) -> Topology:
     links = tuple(Link(*row) for row in layout.links)
-    return Topology(layout.num_npus, links, layout.num_switches, name)
+    return Topology(layout.num_npus, links, layout.num_switches, name, structure=Structure(kind))
 
 
 def load_topology(
@@ -479,27 +542,28 @@ def load_topology(
     bandwidth_GBps: float = DEFAULT_BANDWIDTH_GBPS,
     latency_us: float = DEFAULT_LATENCY_US,
 ) -> Topology:
-    """A spec string or a topology file, checked for connectivity.
+    """A spec string or a tacos topology file (.csv or .json), checked for connectivity.
 
-    Files are .csv or .json, or another tool's format that :mod:`tacos.importers`
-    reads (ASTRA-sim network .yml, ns-3 .txt, htsim .topo).
+    Other tools' files (ASTRA-sim, ns-3, htsim) are formats: :func:`tacos.load_topology`
+    (the format registry's) reads those too.
     """
-    # Imported here, not at the top: the importers build on this module.
-    from tacos.importers import import_topology, reads_topology
-
-    path = Path(spec_or_path)
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".json"):
-        if not path.is_file():
-            raise TacosError(f"{spec_or_path}: no such topology file")
-        text = _read_text(path)
-        topology = read_csv(text, str(path)) if suffix == ".csv" else read_json(text, str(path))
-    elif reads_topology(path):
-        topology = import_topology(path).topology
+    if Path(spec_or_path).suffix.lower() in TOPOLOGY_FILE_SUFFIXES:
+        topology = read_topology_file(spec_or_path)
     else:
         topology = from_spec(spec_or_path, bandwidth_GBps=bandwidth_GBps, latency_us=latency_us)
     topology.check_connected()
     return topology
+
+
+def read_topology_file(path: str | Path) -> Topology:
+    """A tacos topology file (.csv or .json) as it is, connected or not."""
+    path = Path(path)
+    if not path.is_file():
+        raise TacosError(f"{path}: no such topology file")
+    text = _read_text(path)
+    return (
+        read_csv(text, str(path)) if path.suffix.lower() == ".csv" else read_json(text, str(path))
+    )
 
 
 def read_csv(text: str, source: str = "<csv>") -> Topology:

@@ -23,7 +23,6 @@ from paths import ASTRA_SIM_TOOL_DIR
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.exporters import chakra
-from tacos.exporters.base import ExportOptions
 
 BINARY = os.environ.get("ASTRA_SIM_BIN") or str(
     ASTRA_SIM_TOOL_DIR / "bin" / "AstraSim_Analytical_Congestion_Aware"
@@ -63,7 +62,7 @@ def bundle_for(tmp_path: Path, spec: str, kind: CollectiveKind, chunks: int = 1)
     topo = tacos.from_spec(spec)
     schedule = tacos.synthesize(topo, Collective(kind, tuple(topo.npus), chunks, 2**20), seed=1)
     out = tmp_path / f"{spec.replace(':', '_')}-{kind}"
-    chakra.export(schedule, out, ExportOptions())
+    chakra.export([schedule], out)
     return out
 
 
@@ -126,7 +125,7 @@ def test_one_port_schedules_replay_as_synthesized_on_both_routes(tmp_path, spec,
     spec_ = Collective(kind, tuple(topo.npus), 1, 2**20)
     schedule = tacos.synthesize(topo, spec_, seed=1, sends_in_flight=1)
     bundle = tmp_path / "bundle"
-    chakra.export(schedule, bundle, ExportOptions())
+    chakra.export([schedule], bundle)
     finish = run_bundle(bundle, route)
     assert sorted(finish) == list(range(topo.num_npus))
     simulated_ns = tacos.simulate(schedule).collective_time_us * 1000

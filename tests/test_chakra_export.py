@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 
 import tacos
-from tacos.chakra_io import NodeType, get_attr, read_et
 from tacos.cli import export_main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import chakra
 from tacos.exporters.astra_config import analytical_network
-from tacos.exporters.base import ExportOptions
+from tacos.formats.chakra import NodeType, get_attr, read_et
 from tacos.importers.chakra import load_et_set, match_messages
 from tacos.topology import Link, Topology
 
@@ -27,7 +26,7 @@ def synthesized(spec: str, kind: CollectiveKind, chunks: int = 1) -> tacos.Sched
 
 
 def export(schedule: tacos.Schedule, out: Path) -> Path:
-    chakra.export(schedule, out, ExportOptions())
+    chakra.export([schedule], out)
     return out
 
 

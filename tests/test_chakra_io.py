@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from paths import REFERENCE_DIR
 
-from tacos.chakra_io import (
+from tacos.errors import TacosError
+from tacos.formats.chakra import (
     ASTRA_SIM_ATTRIBUTE_MEMBERS,
     CHAKRA_VERSION,
     AttributeProto,
@@ -32,7 +33,6 @@ from tacos.chakra_io import (
     read_et,
     write_et,
 )
-from tacos.errors import TacosError
 
 ASTRA_SIM_DIR = REFERENCE_DIR / "astra-sim"
 REFERENCE_ETS = sorted(ASTRA_SIM_DIR.glob("**/*.et"))

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tacos.chakra_io import read_et, write_et
 from tacos.cli import export_main, main
+from tacos.formats.chakra import read_et, write_et
 
 BILLION_LAUGHS = (
     "".join(

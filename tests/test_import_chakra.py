@@ -15,7 +15,10 @@ from paths import REFERENCE_DIR
 from test_astra_sim_replay import BINARY, run_bundle
 
 import tacos
-from tacos.chakra_io import (
+from tacos.collective import Collective, CollectiveKind
+from tacos.errors import TacosError
+from tacos.exporters import chakra as chakra_export
+from tacos.formats.chakra import (
     CHAKRA_VERSION,
     GlobalMetadata,
     Node,
@@ -25,10 +28,6 @@ from tacos.chakra_io import (
     read_et,
     write_et,
 )
-from tacos.collective import Collective, CollectiveKind
-from tacos.errors import TacosError
-from tacos.exporters import chakra as chakra_export
-from tacos.exporters.base import ExportOptions
 from tacos.importers.chakra import import_schedule, prefix_of
 from tacos.schedule import Op
 from tacos.topology import Link, Topology
@@ -104,7 +103,7 @@ def test_reference_imports_on_the_ring_network_it_was_written_for():
 def test_the_imported_reference_exported_again_runs_on_astra_sim_in_the_imported_time(tmp_path):
     ring = tacos.load_topology(str(REFERENCE_DIR / "astra-sim/network/analytical/Ring_8npus.yml"))
     schedule = import_schedule(CUSTOM, topology=ring)
-    chakra_export.export(schedule, tmp_path / "bundle", ExportOptions())
+    chakra_export.export([schedule], tmp_path / "bundle")
     finish = run_bundle(tmp_path / "bundle", "custom")
     assert sorted(finish) == list(range(8))
     assert max(finish.values()) == pytest.approx(schedule.collective_time_us * 1000, abs=10)
@@ -220,7 +219,7 @@ def test_workload_traces_hold_no_schedule_to_import():
 
 # --------------------------------------------------------- our own bundles
 def export_bundle(schedule: tacos.Schedule, out: Path) -> Path:
-    chakra_export.export(schedule, out, ExportOptions())
+    chakra_export.export([schedule], out)
     return out / "et" / "tacos"
 
 

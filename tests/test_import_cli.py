@@ -11,8 +11,8 @@ import shutil
 import pytest
 from paths import REFERENCE_DIR
 
-from tacos.chakra_io import decode_varint
 from tacos.cli import export_main, main
+from tacos.formats.chakra import decode_varint
 from tacos.importers.chakra import load_et_set, match_messages
 from tacos.importers.msccl import import_schedule as import_msccl
 from tacos.schedule import Schedule

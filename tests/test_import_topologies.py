@@ -13,11 +13,11 @@ from paths import REFERENCE_DIR
 
 from tacos.errors import TacosError
 from tacos.exporters.astra_config import analytical_network
-from tacos.importers import import_topology, reads_topology
 from tacos.importers.astrasim import read_network
 from tacos.importers.htsim import read_topology as read_htsim
 from tacos.importers.ns3 import read_topology as read_ns3
-from tacos.topology import GIB, load_topology
+from tacos.registry import import_topology, load_topology, reads_topology
+from tacos.topology import GIB
 
 NETWORK_DIR = REFERENCE_DIR / "astra-sim" / "network"
 pytestmark = pytest.mark.skipif(not NETWORK_DIR.is_dir(), reason="reference files absent")

@@ -14,7 +14,7 @@ import pytest
 from paths import REFERENCE_DIR
 
 from tacos.errors import TacosError
-from tacos.importers import msccl
+from tacos.formats import msccl
 
 MSCCL_DIR = REFERENCE_DIR / "msccl"
 REFERENCE_XMLS = sorted(MSCCL_DIR.glob("*.xml"))

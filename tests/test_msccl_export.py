@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,7 @@ from tacos.cli import export_main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import msccl
-from tacos.exporters.base import ExportOptions
-from tacos.importers import msccl as checker
+from tacos.formats import msccl as checker
 from tacos.schedule import Op, Schedule, Transfer
 from tacos.topology import Link, Topology
 
@@ -57,7 +57,7 @@ def synthesized(topology: Topology, kind: CollectiveKind, chunks: int = 2) -> Sc
 
 
 def exported(schedule: Schedule, **options: object) -> bytes:
-    return msccl.lower(schedule, msccl.MscclOptions(**options)).to_xml()  # type: ignore[arg-type]
+    return checker.to_xml(msccl.lower(schedule, msccl.MscclOptions(**options)))  # type: ignore[arg-type]
 
 
 def check(xml: bytes, runtime: str) -> checker.CheckReport:
@@ -206,13 +206,30 @@ def test_the_same_schedule_exports_to_the_same_bytes():
     assert exported(schedule, nchannels=2) == exported(schedule, nchannels=2)
 
 
+@pytest.mark.parametrize("runtime", ["executor", "legacy"])
+def test_the_lowered_program_is_the_model_the_reader_builds_from_its_xml(runtime):
+    """One program model: lowering, writing and reading back give the same program."""
+    schedule = synthesized(tacos.from_spec("switch:4"), K.ALL_REDUCE)
+    program = msccl.lower(schedule, msccl.MscclOptions(proto="LL", runtime=runtime))
+    read_back = checker.load(checker.to_xml(program), program.source)
+
+    def without_lines(gpu: checker.Gpu) -> checker.Gpu:
+        threadblocks = tuple(
+            replace(tb, line=0, steps=tuple(replace(step, line=0) for step in tb.steps))
+            for tb in gpu.threadblocks
+        )
+        return replace(gpu, line=0, threadblocks=threadblocks)
+
+    assert replace(read_back, gpus=tuple(map(without_lines, read_back.gpus))) == program
+
+
 # ---------------------------------------------------------------- files and the CLI
 def test_a_directory_gets_a_named_file_and_a_file_name_is_used_as_given(tmp_path):
     schedule = synthesized(tacos.from_spec("ring:4"), K.ALL_REDUCE)
-    result = msccl.export(schedule, tmp_path / "out", ExportOptions({"proto": "LL"}))
+    result = msccl.export([schedule], tmp_path / "out", msccl.MscclOptions(proto="LL"))
     assert result.files == [tmp_path / "out" / "tacos_allreduce_ring-4_LL_ch1.xml"]
     chosen = tmp_path / "mine.xml"
-    assert msccl.export(schedule, chosen, ExportOptions()).files == [chosen]
+    assert msccl.export([schedule], chosen).files == [chosen]
     assert checker.check(checker.load(chosen)).ok
 
 
@@ -278,16 +295,21 @@ def test_the_legacy_runtime_has_no_gather():
     ("settings", "message"),
     [
         ({"nchannels": 0}, "--nchannels 0: the executor runtime has 1..32"),
-        ({"nchannels": 40, "msccl_runtime": "legacy"}, "legacy runtime has 1..32"),
+        ({"nchannels": 40, "runtime": "legacy"}, "legacy runtime has 1..32"),
         ({"proto": "ll"}, "--proto ll: use one of Simple, LL, LL128"),
-        ({"msccl_runtime": "nccl"}, "--msccl-runtime nccl: use one of legacy, executor, rccl"),
+        ({"runtime": "nccl"}, "--msccl-runtime nccl: use one of legacy, executor, rccl"),
     ],
 )
-def test_bad_options_are_one_line_errors(settings, message, tmp_path):
-    schedule = synthesized(tacos.from_spec("ring:4"), K.ALL_REDUCE)
+def test_bad_options_are_one_line_errors(settings, message):
     with pytest.raises(TacosError, match=re.escape(message)):
-        msccl.export(schedule, tmp_path / "x.xml", ExportOptions(settings))
-    assert not (tmp_path / "x.xml").exists()
+        msccl.MscclOptions(**settings)
+
+
+def test_bad_options_are_refused_before_anything_is_written(capsys, tmp_path):
+    out = tmp_path / "x.xml"
+    assert export_main(["--format", "msccl", "--nchannels", "0", "-o", str(out)]) == 2
+    assert "--nchannels 0: the executor runtime has 1..32" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_schedule_that_does_not_verify_is_refused():

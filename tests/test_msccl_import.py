@@ -11,7 +11,8 @@ import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import msccl as exporter
-from tacos.importers import msccl
+from tacos.formats import msccl
+from tacos.importers.msccl import import_schedule, to_schedule
 
 K = CollectiveKind
 REFERENCE_XMLS = sorted((REFERENCE_DIR / "msccl").glob("*.xml"))
@@ -29,7 +30,7 @@ COLLS = {
 @pytest.mark.parametrize("path", REFERENCE_XMLS, ids=lambda p: p.name)
 def test_every_reference_xml_imports_as_a_schedule_that_verifies(path: Path):
     algorithm = msccl.load(path)
-    schedule = msccl.to_schedule(algorithm)
+    schedule = to_schedule(algorithm)
     assert schedule.collective.kind is COLLS[algorithm.coll]
     assert schedule.topology.num_npus == algorithm.ngpus
     report = tacos.verify(schedule)
@@ -48,8 +49,8 @@ def test_every_reference_xml_imports_as_a_schedule_that_verifies(path: Path):
 def test_an_exported_schedule_comes_back_with_the_same_messages(kind):
     topology = tacos.from_spec("hypercube:3")
     original = tacos.synthesize(topology, Collective(kind, tuple(topology.npus), 2), seed=1)
-    xml = exporter.lower(original, exporter.MscclOptions(proto="LL")).to_xml()
-    imported = msccl.to_schedule(msccl.load(xml, "export.xml"), topology=topology)
+    xml = msccl.to_xml(exporter.lower(original, exporter.MscclOptions(proto="LL")))
+    imported = to_schedule(msccl.load(xml, "export.xml"), topology=topology)
     assert tacos.verify(imported).ok
 
     def messages(schedule: tacos.Schedule) -> list[tuple[int, int, int, str]]:
@@ -63,7 +64,7 @@ def test_the_event_trace_says_what_each_receive_carried_and_what_it_depended_on(
         4, [(i, (i + 1) % 4) for i in range(4)], bidirectional=False
     )
     schedule = tacos.synthesize(one_way, Collective(K.ALL_GATHER, (0, 1, 2, 3), 1), seed=0)
-    xml = exporter.lower(schedule).to_xml()
+    xml = msccl.to_xml(exporter.lower(schedule))
     trace = msccl.execute(msccl.load(xml, "ring.xml"), inplace=True, track_data=True).deliveries
     assert len(trace) == 12  # 4 chunks, 3 hops each
     for delivery in trace:
@@ -81,15 +82,15 @@ def test_import_schedule_checks_the_collective_and_the_links(tmp_path):
     path = tmp_path / "ar.xml"
     topology = tacos.from_spec("ring:4")
     schedule = tacos.synthesize(topology, Collective(K.ALL_REDUCE, (0, 1, 2, 3), 1), seed=0)
-    path.write_bytes(exporter.lower(schedule).to_xml())
-    assert msccl.import_schedule(path, collective=K.ALL_REDUCE).collective.kind is K.ALL_REDUCE
+    path.write_bytes(msccl.to_xml(exporter.lower(schedule)))
+    assert import_schedule(path, collective=K.ALL_REDUCE).collective.kind is K.ALL_REDUCE
     with pytest.raises(TacosError, match="coll='allreduce' means all-reduce, not all-gather"):
-        msccl.import_schedule(path, collective=K.ALL_GATHER)
+        import_schedule(path, collective=K.ALL_GATHER)
     line = tacos.Topology.from_edges(4, [(0, 1), (1, 2), (2, 3)], name="line")
     with pytest.raises(
         TacosError, match=r"gpu 3 tb 1 step 0 \(s\) sends to gpu 0, but .* no link 3->0"
     ):
-        msccl.import_schedule(path, topology=line)
+        import_schedule(path, topology=line)
 
 
 def test_a_file_that_fails_the_check_is_not_imported():
@@ -99,4 +100,4 @@ def test_a_file_that_fails_the_check_is_not_imported():
     good = '<step s="1" type="s" srcbuf="o" srcoff="1"'
     broken = path.read_text().replace(good, good.replace('srcoff="1"', 'srcoff="2"'), 1)
     with pytest.raises(TacosError, match="cannot import: .*race on gpu 0"):
-        msccl.to_schedule(msccl.load(broken.encode(), "bc.xml"))
+        to_schedule(msccl.load(broken.encode(), "bc.xml"))

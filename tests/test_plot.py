@@ -1,5 +1,6 @@
 """tacos plot: link timelines, chunk arrivals and topologies of schedules; sweep ratio curves."""
 
+import dataclasses
 import random
 import time
 
@@ -126,6 +127,12 @@ def test_wrap_around_links_of_a_torus_bow_around_the_nodes_they_would_cross():
     for (u, v), segment in zip(pairs, lines.get_segments(), strict=True):
         wraps = v - u in (2, 6)  # 0<->2 along a row, 0<->6 along a column
         assert (len(segment) > 2) == wraps
+
+
+def test_the_layout_follows_the_structure_not_the_name():
+    torus = dataclasses.replace(tacos.from_spec("torus2d:3x3"), name="my cluster")
+    lines, _ = draw_topology(axes(), torus)
+    assert any(len(segment) > 2 for segment in lines.get_segments())  # laid out as a grid
 
 
 # ---------------------------------------------------------------- figures

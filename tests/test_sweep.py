@@ -2,11 +2,12 @@
 
 import csv
 import io
+import json
 import os
 
 import pytest
 import yaml
-from paths import REPO_DIR
+from paths import REFERENCE_DIR, REPO_DIR
 
 import tacos
 from tacos.cli import main
@@ -116,6 +117,44 @@ def test_a_number_sets_every_link_and_null_keeps_the_topologys_own(tmp_path):
 
 
 # ------------------------------------------------------------------ one point
+NETWORK_DIR = REFERENCE_DIR / "astra-sim" / "network"
+
+
+@pytest.mark.skipif(not NETWORK_DIR.is_dir(), reason="no reference networks")
+def test_a_grid_takes_every_topology_file_that_topology_takes(tmp_path):
+    """Other tools' files (here ASTRA-sim's and ns-3's) are grid entries like specs and CSVs."""
+    files = [
+        NETWORK_DIR / "analytical/Ring_4npus.yml",
+        NETWORK_DIR / "ns3/8nodes_ring_topology.txt",
+    ]
+    grid = {"topologies": [str(f) for f in files], "collectives": ["all-gather"],
+            "chunk_sizes": ["64KiB"], "chunks_per_npu": [1], "bandwidths": [None, 80]}  # fmt: skip
+    spec = parse_spec(grid, "sweep", base_dir=tmp_path)
+    assert [(p.topology, p.bandwidth) for p in spec.points] == [
+        (str(files[0]), None), (str(files[0]), 80.0), (str(files[1]), None), (str(files[1]), 80.0),
+    ]  # fmt: skip
+    for point in spec.points:
+        expected = tacos.load_topology(point.topology)
+        assert point.topology_file is not None and point.topology_file.links == expected.links
+        row = run_point(point)
+        assert (row["verified"], row["error"], row["npus"]) == ("True", "", str(expected.num_npus))
+
+
+def test_per_dimension_settings_follow_the_topologys_structure_not_its_name(tmp_path):
+    """A JSON topology that carries its structure takes per-dimension lists; one without not."""
+    (tmp_path / "grid.json").write_text(json.dumps(tacos.from_spec("torus2d:4x2").to_dict()))
+    plain = tacos.from_spec("torus2d:4x2").to_dict()
+    del plain["structure"]
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    grid = {"topologies": ["grid.json", "plain.json"], "collectives": ["all-gather"],
+            "chunk_sizes": ["64KiB"], "chunks_per_npu": [1], "bandwidths": [[100, 25]]}  # fmt: skip
+    spec = parse_spec(grid, "sweep", base_dir=tmp_path)
+    assert [p.topology for p in spec.points] == ["grid.json"] and spec.skipped == 1
+    links = build_topology(spec.points[0]).links
+    assert {lk.bandwidth_GBps for lk in links if abs(lk.src - lk.dst) in (1, 3)} == {100.0}
+    assert {lk.bandwidth_GBps for lk in links if abs(lk.src - lk.dst) == 4} == {25.0}
+
+
 def test_a_row_holds_the_synthesis_its_lower_bound_and_its_verification():
     point = SweepPoint("mesh2d:2x3", tacos.CollectiveKind.ALL_REDUCE, 2**16, 2, seed=3,
                        bandwidth=(100.0, 25.0))  # fmt: skip
@@ -259,7 +298,7 @@ BAD_GRIDS = [
     ({"seeds": 3}, "'seeds' must be a list, e.g. seeds: [0, 1]"),
     ({"collectives": ["all-sum"]}, "collectives[0]: unknown collective 'all-sum'"),
     ({"topologies": ["ring:1"]}, "topologies[0]: ring:1 needs at least 2 NPUs"),
-    ({"topologies": ["ring:4", "missing.csv"]}, "topologies[1]: cannot read topology file"),
+    ({"topologies": ["ring:4", "missing.csv"]}, "missing.csv: no such topology file"),
     ({"chunks_per_npu": [0]}, "chunks_per_npu[0]: 0 must be at least 1"),
     ({"bandwidths": [0]}, "bandwidths[0]: 0 must be > 0"),
     ({"latencies": [[0.5, "fast"]]}, "latencies[0][1]: 'fast' is not a number"),

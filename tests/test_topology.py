@@ -1,6 +1,7 @@
 """Topology: generators, link model, files, networkx, validation."""
 
 import json
+import re
 
 import networkx as nx
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from tacos.errors import TacosError
 from tacos.topology import (
     Link,
+    Structure,
     Topology,
     from_spec,
     load_topology,
@@ -83,6 +85,49 @@ def test_json_form_round_trips():
     topo = from_spec("torus2d:2x3", bandwidth_GBps=12.5, latency_us=0.25)
     again = read_json(json.dumps(topo.to_dict()))
     assert (again.num_npus, again.links, again.name) == (topo.num_npus, topo.links, topo.name)
+
+
+@pytest.mark.parametrize(
+    ("spec", "structure"),
+    [
+        ("ring:8", Structure("ring")),
+        ("fully-connected:4", Structure("fully-connected")),
+        ("switch:4", Structure("switch")),
+        ("mesh2d:4x2", Structure("mesh", (4, 2))),
+        ("torus3d:2x3x4", Structure("torus", (2, 3, 4))),
+        ("torus:5", Structure("torus", (5,))),
+        ("hypercube:3", Structure("hypercube", (2, 2, 2))),
+        ("fat-tree:4", Structure("fat-tree")),
+        ("dgx:2x4", Structure("dgx")),
+        ("xgmi:2x4", Structure("xgmi")),
+    ],
+)
+def test_a_generated_topology_carries_its_structure_through_json(spec, structure):
+    topo = from_spec(spec)
+    assert topo.structure == structure
+    assert read_json(json.dumps(topo.to_dict())).structure == structure
+
+
+def test_files_without_a_structure_load_as_having_none():
+    data = from_spec("torus2d:2x3").to_dict()
+    del data["structure"]
+    assert read_json(json.dumps(data)).structure is None
+    assert "structure" not in read_json(json.dumps(data)).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("structure", "message"),
+    [
+        ("torus", "expected {"),
+        ({"kind": "torus", "dims": [2, 2]}, "do not multiply to its 6 NPUs"),
+        ({"kind": "torus", "dims": [0, 6]}, "sizes of at least 1"),
+        ({"kind": "torus", "sizes": [2, 3]}, "unknown field 'sizes'"),
+    ],
+)
+def test_a_bad_structure_is_one_line_error(structure, message):
+    data = from_spec("torus2d:2x3").to_dict() | {"structure": structure}
+    with pytest.raises(TacosError, match=re.escape(message)):
+        read_json(json.dumps(data))
 
 
 def test_networkx_round_trip_keeps_links_attributes_and_switch_kinds():

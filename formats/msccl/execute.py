@@ -37,31 +37,17 @@ from typing import Any
 import numpy as np
 
 from tacos.collective import CollectiveKind
-from tacos.importers.msccl_xml import (
-    _KNOWN_COLLS,
-    FIFO_CALLS,
-    Algorithm,
-    Gpu,
-    Step,
-    StepRef,
-    ThreadBlock,
-    _ref,
-)
+from tacos.formats.msccl.model import Algorithm, Gpu, Step, StepRef, ThreadBlock
+from tacos.formats.msccl.runtime import FIFO_CALLS, KNOWN_COLLS, user_buffer_chunks
 
 K = CollectiveKind
 
 
 # ================================================================ buffer layout
-def _buffer_sizes(algorithm: Algorithm, kind: CollectiveKind | None, gpu: Gpu) -> dict[str, int]:
+def buffer_sizes(algorithm: Algorithm, kind: CollectiveKind | None, gpu: Gpu) -> dict[str, int]:
     """Chunks the user's buffers really have (input, output) and the declared scratch."""
-    n, per_rank = algorithm.nchunksperloop, algorithm.nchunksperloop // max(1, algorithm.ngpus)
-    small_input = kind in (K.ALL_GATHER, K.GATHER)
-    small_output = kind in (K.REDUCE_SCATTER, K.SCATTER)
-    return {
-        "i": per_rank if small_input else n,
-        "o": per_rank if small_output else n,
-        "s": gpu.s_chunks,
-    }
+    user = user_buffer_chunks(kind, algorithm.nchunksperloop, algorithm.ngpus)
+    return {**user, "s": gpu.s_chunks}
 
 
 def in_place_slot(
@@ -194,7 +180,7 @@ class _Machine:
         self, algorithm: Algorithm, inplace: bool, max_allowed_count: int | None, track: bool
     ) -> None:
         self.a, self.inplace, self.track = algorithm, inplace, track
-        self.kind = _KNOWN_COLLS.get(algorithm.coll)
+        self.kind = KNOWN_COLLS.get(algorithm.coll)
         self.capacity = FIFO_CALLS[algorithm.proto]
         calls = (
             "one call per step"
@@ -254,7 +240,7 @@ class _Machine:
             actions.append(
                 _Action(
                     step,
-                    _ref(gpu, tb, step),
+                    StepRef.of(gpu, tb, step),
                     tuple(pending),
                     (tb.recv, gpu.id, tb.chan) if kind.recv else None,
                     (gpu.id, tb.send, tb.chan) if kind.send else None,
@@ -271,7 +257,7 @@ class _Machine:
         self, gpu: int
     ) -> dict[tuple[str, int], tuple[Value, frozenset[int], StepRef | None]]:
         n = self.a.nchunksperloop
-        size = _buffer_sizes(self.a, self.kind, self.a.gpu(gpu))["i"]
+        size = buffer_sizes(self.a, self.kind, self.a.gpu(gpu))["i"]
         return {
             self._slot(gpu, "i", k): ((1 << (gpu * n + k), False), frozenset(), None)
             for k in range(size)
@@ -488,7 +474,7 @@ def _expected(
             yield k, {(root, gpu * per_rank + k)}
 
 
-def _wrong_outputs(
+def wrong_outputs(
     algorithm: Algorithm,
     kind: CollectiveKind,
     inplace: bool,
@@ -504,12 +490,12 @@ def _wrong_outputs(
             if value != (bits, False):
                 by = f"last written by {writer}" if writer else "never written"
                 yield (
-                    f"{mode}: gpu {gpu} o[{chunk}] should hold {_describe((bits, False), n)} "
-                    f"but holds {_describe(value, n, bits)} ({by})"
+                    f"{mode}: gpu {gpu} o[{chunk}] should hold {describe_value((bits, False), n)} "
+                    f"but holds {describe_value(value, n, bits)} ({by})"
                 )
 
 
-def _describe(value: Value, n: int, wanted: int = 0) -> str:
+def describe_value(value: Value, n: int, wanted: int = 0) -> str:
     if value is None:
         return "uninitialised data"
     bits, twice = value

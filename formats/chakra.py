@@ -40,6 +40,7 @@ from tacos.proto.et_def_pb2 import (
 __all__ = [
     "ASTRA_SIM_ATTRIBUTE_MEMBERS",
     "CHAKRA_VERSION",
+    "CHUNK_ATTRIBUTE",
     "AttrValue",
     "AttributeProto",
     "ChakraFormatError",
@@ -60,6 +61,9 @@ __all__ = [
 
 CHAKRA_VERSION: Final = "0.0.4"
 """GlobalMetadata.version written by Chakra's converters (and found in ASTRA-sim's examples)."""
+CHUNK_ATTRIBUTE: Final = "tacos_chunk"
+"""Which collective chunk a send or receive moves (int64). ASTRA-sim ignores it; our writer
+sets it so that our reader recovers the data each message carries without guessing."""
 
 ASTRA_SIM_ATTRIBUTE_MEMBERS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -152,7 +156,8 @@ def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node]) -> bytes:
     if not isinstance(metadata, GlobalMetadata):
         raise TypeError(f"metadata must be a GlobalMetadata, got {type(metadata).__name__}")
     chunks: list[bytes] = []
-    for index, message in enumerate((metadata, *nodes)):
+    messages: list[GlobalMetadata | Node] = [metadata, *nodes]
+    for index, message in enumerate(messages):
         if index and not isinstance(message, Node):
             raise TypeError(f"nodes[{index - 1}] must be a Node, got {type(message).__name__}")
         payload = message.SerializeToString(deterministic=True)
@@ -263,7 +268,7 @@ def _decode_metadata(name: str, offset: int, payload: bytes) -> GlobalMetadata:
             f"{name}: missing GlobalMetadata: the first message (byte {offset}) is a "
             f"{NodeType.Name(node.type)} node (id {node.id}, name {node.name!r}); ASTRA-sim would "
             f"read it as the metadata and silently lose that node — write a GlobalMetadata "
-            f"message first (tacos.chakra_io.write_et does)"
+            f"message first (tacos.formats.chakra.write_et does)"
         )
     raise ChakraFormatError(
         f"{name}: the first message (byte {offset}, {len(payload)} bytes) is not a Chakra "

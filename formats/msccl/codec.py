@@ -1,241 +1,31 @@
-"""MSCCL algorithm XML as the GPU runtimes read it: their facts, the model, the reader.
+"""MSCCL algorithm XML on the wire: the writer (:func:`to_xml`) and the safe reader (:func:`load`).
 
-Owns what the runtimes that execute these files (the legacy NCCL-MSCCL
-interpreter, the MSCCL executor and RCCL) accept and mean: their limits and
-step semantics (``RUNTIMES``, ``STEP_TYPES``, ...), the model of an
-``<algo>`` (:class:`Algorithm` down to :class:`Step`) and :func:`load`, which
-reads a file without trusting it. It is the base the checker, the symbolic
-execution and the exporter all build on, so it depends on none of them.
+:func:`to_xml` writes a program the way the runtimes' hand-written parsers
+read it: no ``<?xml?>`` declaration, one element per line, attributes in
+double quotes separated by single spaces.
 
-:func:`load` also lints the text the way the runtimes' hand-written tokenizers
-read it: what they reject although a standard XML parser accepts it (an
-``<?xml?>`` declaration, tabs, attributes over several lines, single quotes,
-entities, non-decimal integers) is recorded on the algorithm for the checker
-to report.
-
-Buffers and postconditions (what every runtime assumes; the exporter lays chunks
-out this way and the checker tests results against it). With ``N`` =
-``nchunksperloop`` and ``R`` = ``ngpus``, chunk ``c`` of a buffer is its ``c``-th
-of ``N`` equal parts; ``in_j`` is rank ``j``'s input, ``o`` the output of rank ``r``::
-
-    coll             input  output  in place                  every rank r ends with
-    allreduce        N      N       o is i                    o[c] = sum_j in_j[c]
-    allgather        N/R    N       i[c] is o[r*N/R + c]      o[j*N/R + c] = in_j[c]
-    reduce_scatter   N      N/R     o[c] is i[r*N/R + c]      o[c] = sum_j in_j[r*N/R + c]
-    alltoall         N      N       o is i                    o[j*N/R + c] = in_j[r*N/R + c]
-    broadcast        N      N       o is i                    o[c] = in_root[c]
-    reduce           N      N       o is i                    (root only) o[c] = sum_j in_j[c]
-
-Every contribution is summed exactly once.
+:func:`load` reads a file without trusting it and lints the text the way the
+runtimes' hand-written tokenizers read it: what they reject although a
+standard XML parser accepts it (an ``<?xml?>`` declaration, tabs, attributes
+over several lines, single quotes, entities, non-decimal integers) is recorded
+on the algorithm for the checker to report.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from lxml import etree
 
-from tacos.collective import CollectiveKind
 from tacos.errors import TacosError
+from tacos.formats.msccl.model import Algorithm, Gpu, Step, ThreadBlock
+from tacos.formats.msccl.runtime import MAX_ATTRIBUTES, MAX_VALUE_CHARS
 from tacos.limits import MAX_BUFFER_CHUNKS, MAX_NODES
 
-K = CollectiveKind
 
-
-# ================================================================ runtime facts
-@dataclass(frozen=True)
-class Runtime:
-    """What one runtime's loader accepts (as read from that runtime's loader source).
-
-    ``max_steps`` is ``MSCCL_MAX_NUM_STEPS`` (steps per threadblock, ``nop``
-    included), ``max_threadblocks`` is ``MSCCL_MAX_NUM_THREAD_BLOCKS`` (per GPU)
-    and ``max_channels`` is ``MAXCHANNELS``. ``colls`` maps the ``coll`` names
-    the loader knows to our collectives (None: no postcondition to check).
-    The executor format ignores ``name`` but needs ``outofplace``,
-    ``minBytes`` and ``maxBytes``.
-    """
-
-    name: str
-    max_steps: int
-    max_threadblocks: int
-    max_channels: int
-    colls: Mapping[str, CollectiveKind | None]
-    executor_format: bool
-
-    def coll_name(self, kind: CollectiveKind) -> str:
-        """How this runtime spells a collective in ``coll``."""
-        return next(name for name, known in self.colls.items() if known is kind)
-
-
-_COMMON_COLLS: dict[str, CollectiveKind | None] = {
-    "allreduce": K.ALL_REDUCE,
-    "allgather": K.ALL_GATHER,
-    "reduce": K.REDUCE,
-    "broadcast": K.BROADCAST,
-    "alltoall": K.ALL_TO_ALL,
-}
-_LEGACY_COLLS = {**_COMMON_COLLS, "reduce_scatter": K.REDUCE_SCATTER, "custom": None}
-_EXECUTOR_COLLS = {
-    **_COMMON_COLLS,
-    "reducescatter": K.REDUCE_SCATTER,
-    "gather": K.GATHER,
-    "scatter": K.SCATTER,
-    "send": None,
-    "recv": None,
-    "alltoallv": None,
-}
-_KNOWN_COLLS = {**_LEGACY_COLLS, **_EXECUTOR_COLLS}
-RUNTIMES: dict[str, Runtime] = {
-    # microsoft/msccl src/include/msccl.h, devcomm.h
-    "legacy": Runtime("legacy", 256, 216, 32, _LEGACY_COLLS, executor_format=False),
-    # Azure/msccl-executor-nccl makefiles/common.mk (default build), msccl_struct.h, device.h
-    "executor": Runtime("executor", 64, 1024, 32, _EXECUTOR_COLLS, executor_format=True),
-    # ROCm/rccl src/include/msccl/msccl_struct.h, device.h
-    "rccl": Runtime("rccl", 64, 64, 128, _EXECUTOR_COLLS, executor_format=True),
-}
-MAX_COUNT = 71
-"""Largest ``cnt`` of a step (``MSCCL_MAX_COUNT`` 72 is exclusive)."""
-MAX_TBS_PER_CHANNEL = 32
-"""Threadblocks with a send peer (and, separately, with a receive peer) per channel."""
-MAX_DEPID = 127
-"""``depid`` is stored in an ``int8_t``: larger threadblock ids wrap around."""
-MAX_NODES_PER_RANK = 4096
-"""The tokenizer records ``algo`` + every ``gpu`` + the rank's own ``tb`` and ``step`` elements."""
-MAX_ATTRIBUTES = 16
-MAX_VALUE_CHARS = 255
-PROTOCOLS = ("Simple", "LL", "LL128")
-FIFO_CALLS = {"Simple": 2, "LL": 8, "LL128": 8}
-"""Calls a connection buffers ahead of its receiver: NCCL_STEPS = 8 slots, a Simple
-call takes MSCCL_CHUNKSTEPS = 4 of them, an LL or LL128 call one."""
-CHUNK_EFFECTIVE_BYTES = {"Simple": 2 * 2**20, "LL": 32 * 2**10, "LL128": 576_000}
-"""Bytes one call moves with NCCL's default buffers; a step of ``cnt`` chunks of
-``nBytes / nchunksperloop`` bytes is split into calls of at most this much."""
-LEGACY_DEFAULT_MAX_BYTES = 2**27
-"""The legacy runtime's ``maxBytes`` when the attribute is absent."""
-BUFFERS = ("i", "o", "s")
-
-
-@dataclass(frozen=True)
-class StepType:
-    """What a step type does, as the interpreters run it.
-
-    ``reads_src``/``writes_dst``: the buffer slots it touches; ``reduces``: the
-    received data is added to ``src``; ``checked``: which of src/dst the loader
-    bounds-checks (the others are used unchecked).
-    """
-
-    recv: bool = False
-    send: bool = False
-    reads_src: bool = False
-    writes_dst: bool = False
-    reduces: bool = False
-    checked: tuple[str, ...] = ()
-
-
-STEP_TYPES: dict[str, StepType] = {
-    "s": StepType(send=True, reads_src=True, checked=("src",)),
-    "r": StepType(recv=True, writes_dst=True, checked=("dst",)),
-    "rcs": StepType(recv=True, send=True, writes_dst=True, checked=("dst",)),
-    "rrs": StepType(recv=True, send=True, reads_src=True, reduces=True, checked=("src",)),
-    "rrc": StepType(recv=True, reads_src=True, writes_dst=True, reduces=True),
-    "rrcs": StepType(
-        recv=True, send=True, reads_src=True, writes_dst=True, reduces=True, checked=("src", "dst")
-    ),
-    "cpy": StepType(reads_src=True, writes_dst=True, checked=("src", "dst")),
-    "re": StepType(reads_src=True, writes_dst=True, reduces=True, checked=("src", "dst")),
-    "nop": StepType(),
-}
-
-
-# ================================================================ the model
-@dataclass(frozen=True)
-class Step:
-    """One ``<step>``; ``index`` is its position in the threadblock (what ``deps`` names)."""
-
-    index: int
-    s: int
-    type: str
-    srcbuf: str
-    srcoff: int
-    dstbuf: str
-    dstoff: int
-    cnt: int
-    depid: int
-    deps: int
-    hasdep: int
-    line: int
-
-    @property
-    def kind(self) -> StepType:
-        return STEP_TYPES[self.type]
-
-
-@dataclass(frozen=True)
-class ThreadBlock:
-    id: int
-    send: int
-    recv: int
-    chan: int
-    steps: tuple[Step, ...]
-    line: int
-
-
-@dataclass(frozen=True)
-class Gpu:
-    id: int
-    i_chunks: int
-    o_chunks: int
-    s_chunks: int
-    threadblocks: tuple[ThreadBlock, ...]
-    line: int
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    """An MSCCL ``<algo>`` as written; ``format_errors``/``format_warnings`` are what the
-    runtimes' tokenizers would make of its text (with line numbers)."""
-
-    source: str
-    name: str | None
-    proto: str
-    nchannels: int
-    nchunksperloop: int
-    ngpus: int
-    coll: str
-    inplace: int
-    outofplace: int | None
-    min_bytes: int | None
-    max_bytes: int | None
-    gpus: tuple[Gpu, ...]
-    format_errors: tuple[str, ...] = ()
-    format_warnings: tuple[str, ...] = ()
-
-    def gpu(self, gpu_id: int) -> Gpu:
-        return next(g for g in self.gpus if g.id == gpu_id)
-
-
-@dataclass(frozen=True)
-class StepRef:
-    """A step by position, as messages name it: ``gpu 2 tb 1 step 4 (rcs)``."""
-
-    gpu: int
-    tb: int
-    step: int
-    type: str
-
-    def __str__(self) -> str:
-        return f"gpu {self.gpu} tb {self.tb} step {self.step} ({self.type})"
-
-
-def _ref(gpu: Gpu | int, tb: ThreadBlock, step: Step) -> StepRef:
-    return StepRef(gpu if isinstance(gpu, int) else gpu.id, tb.id, step.index, step.type)
-
-
-# ================================================================ reading
 def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
     """Read an MSCCL XML file (a path) or document (bytes) without trusting it.
 
@@ -243,7 +33,7 @@ def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
     parsing, and the parser would neither resolve entities nor use the network.
     Raises :class:`TacosError` (naming the file and line) when the text is not
     XML or lacks what every runtime needs to read it; what only some runtimes
-    reject is left to :func:`~tacos.importers.msccl_check.check`.
+    reject is left to :func:`~tacos.formats.msccl.check.check`.
     """
     if isinstance(source, bytes):
         data, where = source, name or "<xml>"
@@ -273,6 +63,67 @@ def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
     except etree.XMLSyntaxError as err:
         raise TacosError(f"{where}:{err.lineno}: not well-formed XML: {err.msg}") from None
     return _Reader(where, errors, warnings).algorithm(root)
+
+
+def to_xml(algorithm: Algorithm) -> bytes:
+    """The program as the runtimes read it (lxml's output: one line per element).
+
+    Optional attributes (``name``, and the executor format's ``outofplace``,
+    ``minBytes``, ``maxBytes``) are written when the program has them.
+    """
+    algo = etree.Element("algo")
+    attributes: dict[str, object] = {} if algorithm.name is None else {"name": algorithm.name}
+    attributes |= {
+        "proto": algorithm.proto,
+        "nchannels": algorithm.nchannels,
+        "nchunksperloop": algorithm.nchunksperloop,
+        "ngpus": algorithm.ngpus,
+        "coll": algorithm.coll,
+        "inplace": algorithm.inplace,
+    }
+    optional = {
+        "outofplace": algorithm.outofplace,
+        "minBytes": algorithm.min_bytes,
+        "maxBytes": algorithm.max_bytes,
+    }
+    _set(algo, attributes | {name: value for name, value in optional.items() if value is not None})
+    for gpu in algorithm.gpus:
+        gpu_element = etree.SubElement(algo, "gpu")
+        _set(
+            gpu_element,
+            {
+                "id": gpu.id,
+                "i_chunks": gpu.i_chunks,
+                "o_chunks": gpu.o_chunks,
+                "s_chunks": gpu.s_chunks,
+            },
+        )
+        for tb in gpu.threadblocks:
+            tb_element = etree.SubElement(gpu_element, "tb")
+            _set(tb_element, {"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan})
+            for step in tb.steps:
+                _set(etree.SubElement(tb_element, "step"), _step_attributes(step))
+    return bytes(etree.tostring(algo, pretty_print=True))
+
+
+def _step_attributes(step: Step) -> dict[str, object]:
+    return {
+        "s": step.s,
+        "type": step.type,
+        "srcbuf": step.srcbuf,
+        "srcoff": step.srcoff,
+        "dstbuf": step.dstbuf,
+        "dstoff": step.dstoff,
+        "cnt": step.cnt,
+        "depid": step.depid,
+        "deps": step.deps,
+        "hasdep": step.hasdep,
+    }
+
+
+def _set(element: etree._Element, attributes: dict[str, object]) -> None:
+    for name, value in attributes.items():
+        element.set(name, str(value))
 
 
 _MARKUP = re.compile(r"<!--.*?-->|<[^>]*>", re.S)

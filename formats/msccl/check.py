@@ -9,7 +9,7 @@ one :class:`CheckReport`. It does not use our exporter, so it can judge the
 exporter's output. What it checks:
 
 * **format** -- what the hand-written tokenizers reject although a standard
-  XML parser accepts it (found by :func:`~tacos.importers.msccl_xml.load`);
+  XML parser accepts it (found by :func:`~tacos.formats.msccl.codec.load`);
 * **structure** -- the loaders' rules and limits (``RUNTIMES``): required
   attributes, collective names, threadblock ids, one threadblock per
   connection, steps per threadblock, threadblocks per GPU, channels,
@@ -46,12 +46,13 @@ from dataclasses import dataclass, field
 
 from tacos.collective import CollectiveKind
 from tacos.errors import TacosError
-from tacos.importers.msccl_execute import Execution, _buffer_sizes, _wrong_outputs, execute
-from tacos.importers.msccl_xml import (
-    _LEGACY_COLLS,
+from tacos.formats.msccl.execute import Execution, buffer_sizes, execute, wrong_outputs
+from tacos.formats.msccl.model import Algorithm, Gpu, Step, StepRef, ThreadBlock
+from tacos.formats.msccl.runtime import (
     BUFFERS,
     CHUNK_EFFECTIVE_BYTES,
     FIFO_CALLS,
+    LEGACY_COLLS,
     LEGACY_DEFAULT_MAX_BYTES,
     MAX_COUNT,
     MAX_DEPID,
@@ -60,13 +61,7 @@ from tacos.importers.msccl_xml import (
     PROTOCOLS,
     RUNTIMES,
     STEP_TYPES,
-    Algorithm,
-    Gpu,
     Runtime,
-    Step,
-    StepRef,
-    ThreadBlock,
-    _ref,
 )
 
 K = CollectiveKind
@@ -113,7 +108,7 @@ class CheckReport:
 def detect_runtime(algorithm: Algorithm) -> str:
     """``executor`` when the file has the executor's ``outofplace`` attribute or spells
     ``coll`` the executor's way, else ``legacy`` (what msccl-tools writes)."""
-    if algorithm.outofplace is not None or algorithm.coll not in _LEGACY_COLLS:
+    if algorithm.outofplace is not None or algorithm.coll not in LEGACY_COLLS:
         return "executor"
     return "legacy"
 
@@ -145,7 +140,7 @@ def check(
     if not _check_matching(algorithm, report):
         return report
     kind = RUNTIMES[runtime_name].colls[algorithm.coll]
-    for inplace in _modes(algorithm, RUNTIMES[runtime_name]):
+    for inplace in call_modes(algorithm, RUNTIMES[runtime_name]):
         if not _check_mode(algorithm, kind, inplace, root, report):
             break  # a deadlock does not depend on the mode
     if report.ok:
@@ -208,7 +203,7 @@ def _check_large_messages(algorithm: Algorithm, report: CheckReport) -> None:
     report.checked.append(f"no deadlock with {buffering} for {sizes}")
 
 
-def _modes(algorithm: Algorithm, runtime: Runtime) -> list[bool]:
+def call_modes(algorithm: Algorithm, runtime: Runtime) -> list[bool]:
     """The call kinds (in-place True, out-of-place False) the runtime uses this file for."""
     if not runtime.executor_format:
         return [bool(algorithm.inplace)]
@@ -307,7 +302,7 @@ class _Structure:
     def gpu(self, gpu: Gpu) -> None:
         a, rt = self.a, self.rt
         where = f"{a.source}:{gpu.line}: gpu {gpu.id}"
-        sizes = _buffer_sizes(a, rt.colls[a.coll], gpu)
+        sizes = buffer_sizes(a, rt.colls[a.coll], gpu)
         declared = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
         if min(declared.values()) < 0:
             self.fail(f"{where}: i_chunks, o_chunks and s_chunks must be >= 0")
@@ -402,8 +397,8 @@ class _Structure:
             elif step.type in STEP_TYPES:
                 if pending_nops and step.depid < 0:
                     self.fail(
-                        f"{a.source}:{step.line}: {_ref(gpu, tb, step)}: follows nop dependencies "
-                        "but has none itself; the loaders reject such a chain"
+                        f"{a.source}:{step.line}: {StepRef.of(gpu, tb, step)}: follows nop "
+                        "dependencies but has none itself; the loaders reject such a chain"
                     )
                 pending_nops = []
         if pending_nops:
@@ -419,7 +414,7 @@ class _Structure:
         declared: Mapping[str, int],
         sizes: Mapping[str, int],
     ) -> None:
-        where = f"{self.a.source}:{step.line}: {_ref(gpu, tb, step)}"
+        where = f"{self.a.source}:{step.line}: {StepRef.of(gpu, tb, step)}"
         if step.type not in STEP_TYPES:
             self.fail(f"{where}: unknown type; the runtimes run {', '.join(STEP_TYPES)}")
             return
@@ -495,7 +490,7 @@ class _Structure:
         awaited = target.steps[step.deps]
         if awaited.type == "nop" or not awaited.hasdep:
             self.fail(
-                f"{where}: waits for {_ref(gpu, target, awaited)}, which never signals "
+                f"{where}: waits for {StepRef.of(gpu, target, awaited)}, which never signals "
                 "(needs hasdep=1 and not a nop)"
             )
 
@@ -527,7 +522,7 @@ class _Structure:
     def fused_group(self, gpu: Gpu, tb: ThreadBlock, group: Sequence[Step]) -> None:
         if len(group) < 2:
             return
-        first = _ref(gpu, tb, group[0])
+        first = StepRef.of(gpu, tb, group[0])
         if len({s.cnt for s in group}) > 1:
             self.fail(
                 f"{first}: the runtimes fuse {len(group)} consecutive re steps into one with "
@@ -550,7 +545,7 @@ def _check_matching(algorithm: Algorithm, report: CheckReport) -> bool:
     for gpu in algorithm.gpus:
         for tb in gpu.threadblocks:
             for step in tb.steps:
-                ref = _ref(gpu, tb, step)
+                ref = StepRef.of(gpu, tb, step)
                 counts[ref] = step.cnt
                 if step.kind.send:
                     ends[(gpu.id, tb.send, tb.chan)]["send"].append(ref)
@@ -583,7 +578,7 @@ def _check_postcondition(
     report: CheckReport,
 ) -> None:
     """Compare every output slot with the collective's postcondition (the buffer table of
-    :mod:`tacos.importers.msccl_xml`).
+    :mod:`tacos.formats.msccl.runtime`).
 
     A broadcast or reduce file does not say its root: any root that makes the
     result right is accepted (and recorded in ``report.root``) unless ``root`` is given.
@@ -591,7 +586,7 @@ def _check_postcondition(
     roots = [root] if root is not None else list(range(algorithm.ngpus)) if kind.rooted else [0]
     fewest: list[str] | None = None
     for candidate in roots:
-        problems = list(_wrong_outputs(algorithm, kind, inplace, execution, candidate, mode))
+        problems = list(wrong_outputs(algorithm, kind, inplace, execution, candidate, mode))
         if not problems:
             report.root = candidate if kind.rooted else None
             suffix = f" with root {candidate}" if kind.rooted else ""
