@@ -25,7 +25,7 @@ from pathlib import Path
 import tacos
 from tacos.classic import CLASSIC_ALGORITHMS, compete
 from tacos.collective import Collective, CollectiveKind
-from tacos.topology import Topology, load_topology
+from tacos.topology import Topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality import checked, heterogeneous_mesh  # noqa: E402
@@ -55,7 +55,7 @@ def networks(only: list[str]) -> list[tuple[str, Topology]]:
         if "/" in spec and not Path(spec).exists():
             print(f"skipping {label}: {spec} is not there", file=sys.stderr)
             continue
-        chosen.append((label, load_topology(spec)))
+        chosen.append((label, tacos.load_topology(spec)))
     chosen += [(t.name, t) for t in (heterogeneous_mesh(4, 4), heterogeneous_mesh(8, 4))]
     return [(label, topo) for label, topo in chosen if not only or any(o in label for o in only)]
 
