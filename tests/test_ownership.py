@@ -46,10 +46,14 @@ def test_levelled_ownership_speeds_up_all_reduce_on_a_mesh():
 
 
 def test_both_layouts_are_tried_only_where_they_differ():
-    def layouts(spec_text: str) -> list[bool]:
+    def layouts(spec_text: str) -> tuple[Collective, list[list[list[int]]]]:
         topology = from_spec(spec_text)
         spec = Collective(CollectiveKind.ALL_REDUCE, tuple(topology.npus), 2, 2**20)
-        return owner_layouts(topology, [spec])
+        found = owner_layouts(topology, [spec])
+        return spec, [[owners.tolist() for owners in layout] for layout in found]
 
-    assert layouts("torus2d:4x4") == [True]
-    assert layouts("mesh2d:4x4") == [True, False]
+    spec, torus = layouts("torus2d:4x4")
+    assert torus == [[[spec.owner(chunk) for chunk in range(spec.num_chunks)]]]
+    spec, mesh = layouts("mesh2d:4x4")
+    assert len(mesh) == 2 and mesh[0] != mesh[1]
+    assert mesh[1] == [[spec.owner(chunk) for chunk in range(spec.num_chunks)]]

@@ -25,11 +25,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
-from tacos.synthesizer.ownership import owner_layouts, reduction_owners
+from tacos.synthesizer.ownership import fastest_layout, owner_layouts
 from tacos.synthesizer.timing import prune, renumber, retime_asap
 from tacos.topology import Topology
 
@@ -168,30 +170,28 @@ def _reduce_by_mirroring(
 
 
 def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> list[Transfer]:
-    """The faster All-Reduce of the owner layouts worth trying (:func:`.owner_layouts`).
-
-    Each starts from the same random state; progress is reported for the first only.
-    """
-    state = settings.rng.getstate()
-    best: list[Transfer] = []
-    for attempt, levelled in enumerate(owner_layouts(topology, tenants.specs)):
-        settings.rng.setstate(state)
-        quiet = settings if attempt == 0 else replace(settings, on_delivery=None)
-        transfers = _all_reduce_owned(topology, tenants, quiet, levelled)
-        if not best or max(t.end for t in transfers) < max(t.end for t in best):
-            best = transfers
-    return best
+    """The faster All-Reduce of the owner layouts worth trying (:func:`.owner_layouts`)."""
+    quiet = replace(settings, on_delivery=None)
+    return fastest_layout(
+        owner_layouts(topology, tenants.specs),
+        settings.rng,
+        lambda owners, reports: _all_reduce_owned(
+            topology, tenants, settings if reports else quiet, owners
+        ),
+        lambda transfers: max(t.end for t in transfers),
+    )
 
 
 def _all_reduce_owned(
-    topology: Topology, tenants: Tenants, settings: Settings, levelled: bool
+    topology: Topology, tenants: Tenants, settings: Settings, owners: Sequence[np.ndarray]
 ) -> list[Transfer]:
-    """Reduce-Scatter into owners, then All-Gather of each reduced chunk from its owner."""
+    """Reduce-Scatter into ``owners`` (per tenant, per chunk), then All-Gather of each
+    reduced chunk from its owner."""
     scatter = tenants.as_kind(CollectiveKind.REDUCE_SCATTER)
     owner = {
         offset + chunk: int(npu)
-        for spec, offset in zip(tenants.specs, tenants.offsets, strict=True)
-        for chunk, npu in enumerate(reduction_owners(topology, spec, levelled=levelled))
+        for tenant_owners, offset in zip(owners, tenants.offsets, strict=True)
+        for chunk, npu in enumerate(tenant_owners)
     }
     reduction = _reduce_by_mirroring(
         topology, scatter, settings, [ChunkSource(owner[c], c) for c in sorted(owner)]

@@ -48,7 +48,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
-from tacos.synthesizer.ownership import owner_layouts, reduction_owners
+from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -102,8 +102,7 @@ class Sources:
     @classmethod
     def at_owners(cls, spec: Collective) -> Sources:
         """Every chunk on its owner at time 0 (All-Gather's precondition)."""
-        chunks = np.arange(spec.num_chunks, dtype=np.int64)
-        return cls.at(np.asarray(spec.ranks, np.int64)[chunks // spec.chunks_per_rank])
+        return cls.at(collective_owners(spec))
 
     @classmethod
     def at(cls, owners: np.ndarray) -> Sources:
@@ -388,7 +387,9 @@ def _reduce_scatter(
     mirror = Collective(
         CollectiveKind.ALL_GATHER, spec.ranks, spec.chunks_per_rank, spec.chunk_bytes
     )
-    spread = _spread(topology.transposed(), mirror, owners or Sources.at_owners(mirror), settings)
+    if owners is None:
+        owners = Sources.at_owners(mirror)
+    spread = _spread(topology.transposed(), mirror, owners, settings)
     finish = spread.end.max()
     # Played backwards, transfer X waits for the reversals of the transfers that
     # forwarded what X delivered: CSR-transpose the dependency graph.
@@ -413,23 +414,23 @@ def _reduce_scatter(
 
 def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
     """The faster All-Reduce of the owner layouts worth trying, as the reference does."""
-    state = settings.rng.getstate()
-    best: TransferTable | None = None
-    for attempt, levelled in enumerate(owner_layouts(topology, [spec])):
-        settings.rng.setstate(state)
-        quiet = settings if attempt == 0 else replace(settings, on_delivery=None)
-        table = _all_reduce_owned(topology, spec, quiet, levelled)
-        if best is None or table.end.max() < best.end.max():
-            best = table
-    assert best is not None
-    return best
+    quiet = replace(settings, on_delivery=None)
+    return fastest_layout(
+        owner_layouts(topology, [spec]),
+        settings.rng,
+        lambda owners, reports: _all_reduce_owned(
+            topology, spec, settings if reports else quiet, owners[0]
+        ),
+        lambda table: float(table.end.max()),
+    )
 
 
 def _all_reduce_owned(
-    topology: Topology, spec: Collective, settings: FastSettings, levelled: bool
+    topology: Topology, spec: Collective, settings: FastSettings, owners: np.ndarray
 ) -> TransferTable:
-    """Reduce-Scatter, then All-Gather of each reduced chunk from its owner, overlapped."""
-    at_owners = Sources.at(reduction_owners(topology, spec, levelled=levelled))
+    """Reduce-Scatter into ``owners`` (per chunk), then All-Gather of each reduced chunk
+    from its owner, overlapped."""
+    at_owners = Sources.at(owners)
     reduction = _reduce_scatter(topology, spec, settings, at_owners)
     final = np.nonzero(reduction.dst == at_owners.node[reduction.chunk])[0]  # into the owner
     final = final[np.argsort(reduction.chunk[final], kind="stable")]

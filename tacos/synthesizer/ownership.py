@@ -20,26 +20,28 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from tacos.collective import Collective
 from tacos.topology import Topology
 
+Built = TypeVar("Built")
+"""What an engine builds for one layout (a transfer list or a transfer table)."""
 _BISECTION_STEPS = 100
 """Halvings of the level's interval: far below one chunk for any count."""
 
 
-def reduction_owners(topology: Topology, spec: Collective, *, levelled: bool = True) -> np.ndarray:
-    """The owning NPU of each chunk of ``spec``, in contiguous blocks in rank order.
+def reduction_owners(topology: Topology, spec: Collective) -> np.ndarray:
+    """The owning NPU of each chunk of ``spec``, levelled, in contiguous blocks in rank order.
 
     NPUs of equal bandwidth own ``chunks_per_rank`` each, as the collective
-    itself lays chunks out, so uniform networks keep that layout; so does
-    ``levelled=False`` on any network.
+    itself lays chunks out, so uniform networks keep that layout.
     """
-    if not levelled:
-        return np.repeat(np.asarray(spec.ranks, np.int64), spec.chunks_per_rank)
     bandwidth = [
         min(
             sum(topology.links[i].bandwidth_GBps for i in topology.in_links[rank]),
@@ -51,21 +53,45 @@ def reduction_owners(topology: Topology, spec: Collective, *, levelled: bool = T
     return np.repeat(np.asarray(spec.ranks, np.int64), shares)
 
 
-def owner_layouts(topology: Topology, specs: Sequence[Collective]) -> list[bool]:
-    """The ``levelled`` values worth synthesizing: levelled first, the collective's own
-    layout too where it differs.
+def collective_owners(spec: Collective) -> np.ndarray:
+    """The owning NPU of each chunk as the collective lays chunks out (``chunks_per_rank`` each)."""
+    return np.repeat(np.asarray(spec.ranks, np.int64), spec.chunks_per_rank)
+
+
+def owner_layouts(topology: Topology, specs: Sequence[Collective]) -> list[list[np.ndarray]]:
+    """The layouts worth synthesizing, each the owners of every spec's chunks: levelled
+    first, the collective's own layout too where it differs.
 
     Levelling is the better bet (up to 1.4x faster All-Reduce on meshes), but with
     one chunk per NPU on uneven networks its rounding can cost a few percent; both
-    layouts are valid, so the engines build both and keep the faster.
+    layouts are valid, so the engines build both and keep the faster
+    (:func:`fastest_layout`).
     """
-    differs = any(
-        not np.array_equal(
-            reduction_owners(topology, spec), reduction_owners(topology, spec, levelled=False)
-        )
-        for spec in specs
-    )
-    return [True, False] if differs else [True]
+    levelled = [reduction_owners(topology, spec) for spec in specs]
+    own = [collective_owners(spec) for spec in specs]
+    if all(np.array_equal(a, b) for a, b in zip(levelled, own, strict=True)):
+        return [levelled]
+    return [levelled, own]
+
+
+def fastest_layout(
+    layouts: Sequence[list[np.ndarray]],
+    rng: random.Random,
+    build: Callable[[list[np.ndarray], bool], Built],
+    finish_us: Callable[[Built], float],
+) -> Built:
+    """``build(layout, reports_progress)`` for every layout, each from the same random
+    state and only the first reporting progress; the first of the fastest."""
+    state = rng.getstate()
+    best: Built | None = None
+    best_us = math.inf
+    for attempt, layout in enumerate(layouts):
+        rng.setstate(state)
+        built = build(layout, attempt == 0)
+        if finish_us(built) < best_us:
+            best, best_us = built, finish_us(built)
+    assert best is not None, "owner_layouts gives at least one layout"
+    return best
 
 
 def level_shares(total: int, bandwidth: Sequence[float]) -> list[int]:
