@@ -182,11 +182,15 @@ class _SpreadState:
         self.sender_of: dict[int, int] = {}  # last hop of a message -> its sending NPU
 
         self.routes_by_link: dict[int, list[Route]] = defaultdict(list)
+        self.routes_into: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        """Per node, the (source, per-chunk time) of every route into it."""
         in_neighbours: list[set[int]] = [set() for _ in range(n)]
         for node_routes in routes_from(topology, chunk_bytes):
             for route in node_routes:
                 self.routes_by_link[route.links[0]].append(route)
                 in_neighbours[route.dst].add(route.src)
+                route_us = sum(self.durations[i] for i in route.links)
+                self.routes_into[route.dst].append((route.src, route_us))
         self.routes_by_first_link_of: list[list[int]] = [[] for _ in range(n)]
         for link_id in sorted(self.routes_by_link):
             self.routes_by_first_link_of[topology.links[link_id].src].append(link_id)
@@ -199,7 +203,6 @@ class _SpreadState:
             for chunk in _members(want):
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
-        self._into: defaultdict[int, list[tuple[int, float]]] | None = None
         self.near = _NearHoldings(self._distances_to, self.holds, self.incoming)
         self.fabric = Fabric(topology, self.durations) if topology.num_switches else None
         for source in sources:
@@ -245,10 +248,11 @@ class _SpreadState:
         sender = self.topology.links[link_id].src
         if self.ports is not None and self.outstanding[sender] >= self.ports:
             return
-        if not self.routes_by_link[link_id]:  # leaves a switch: only part of routes
+        routes = self.routes_by_link.get(link_id)
+        if not routes:  # leaves a switch: only part of routes
             return
         if self.fabric is None or not self.topology.is_switch(self.topology.links[link_id].dst):
-            (route,) = self.routes_by_link[link_id]
+            (route,) = routes
             chunk = self._pick_chunk(sender, route.dst, 0)
             if chunk is not None:
                 self._send(sender, route.dst, route.links, chunk, now)
@@ -291,7 +295,7 @@ class _SpreadState:
     def _distances_to(self, target: int) -> dict[int, float]:
         """Per-chunk time from every NPU to ``target`` over routes (cached)."""
         if target not in self._distance_to:
-            into = self._routes_into()
+            into = self.routes_into
             dist = {target: 0.0}
             heap = [(0.0, target)]
             while heap:
@@ -304,15 +308,6 @@ class _SpreadState:
                         heapq.heappush(heap, (d + cost, prev))
             self._distance_to[target] = dist
         return self._distance_to[target]
-
-    def _routes_into(self) -> dict[int, list[tuple[int, float]]]:
-        """Per node, the (source, per-chunk time) of every route into it (built once)."""
-        if self._into is None:
-            self._into = defaultdict(list)
-            for routes in self.routes_by_link.values():
-                for r in routes:
-                    self._into[r.dst].append((r.src, sum(self.durations[i] for i in r.links)))
-        return self._into
 
     def _rarest(self, bits: int, v: int) -> int:
         """The chunk held by fewest in-neighbours of ``v``, then with fewest copies.
