@@ -17,6 +17,7 @@ import tacos
 from tacos import throughput
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.throughput import all_reduce_port_bound_us, npu_port_capacity_GBps
 from tacos.topology import Link, Topology
 
 MIB = 2**20
@@ -114,9 +115,30 @@ def test_all_reduce_reports_reduce_scatter_plus_all_gather_beside_its_cut_bound(
             assert found.rs_plus_ag_us == bound(topo, RS, chunks) + bound(topo, AG, chunks)
             assert found.throughput_us <= found.rs_plus_ag_us
     assert "rs_plus_ag_us" not in tacos.lower_bounds(topo, spec(AG, topo)).as_dict()
-    # ring:4: RS + AG = 2 * 29.296875; the cut bound: 4 MiB over 2 x 50 GB/s.
-    ring = tacos.lower_bounds(tacos.from_spec("ring:4"), spec(AR, tacos.from_spec("ring:4")))
-    assert (ring.rs_plus_ag_us, ring.throughput_us) == (58.59375, 39.0625)
+    # ring:4: RS + AG = 2 * 29.296875; the cut bound: 4 MiB over 2 x 50 GB/s, below the
+    # ports' bound: 2 x 3 x 4 MiB over 4 NPUs x 100 GB/s, which the ring algorithm meets.
+    ring = tacos.from_spec("ring:4")
+    found = tacos.lower_bounds(ring, spec(AR, ring))
+    assert found.rs_plus_ag_us == found.throughput_us == 58.59375
+    assert all_reduce_port_bound_us(ring, spec(AR, ring)) == 58.59375
+
+
+def test_all_reduce_moves_two_buffers_through_every_npu_port_of_a_switched_cluster():
+    # dgx:4x8: a GPU takes in 400 GB/s from its NVSwitch and, through its 64 GB/s
+    # PCIe link, what its NIC gets from the leaf: 50 GB/s. 2 x 31 messages per chunk,
+    # 32 chunks: 1984 MiB over 32 x 450 GB/s. The best cut (a server's 8 NICs) sees
+    # only 32 MiB over 400 GB/s.
+    cluster = tacos.from_spec("dgx:4x8")
+    assert npu_port_capacity_GBps(cluster, 0, "in") == npu_port_capacity_GBps(cluster, 0, "out")
+    assert npu_port_capacity_GBps(cluster, 0, "in") == 450
+    collective = spec(AR, cluster)
+    assert all_reduce_port_bound_us(cluster, collective) == 1984 * US_PER_MIB_PER_GBPS / 14400
+    assert tacos.lower_bounds(cluster, collective).throughput_us == pytest.approx(
+        1984 * US_PER_MIB_PER_GBPS / 14400
+    )
+    # A subset of ranks: the other GPUs could gather and redistribute, no count holds.
+    subset = Collective(AR, tuple(cluster.npus)[:8], 1, 2**20)
+    assert all_reduce_port_bound_us(cluster, subset) == 0.0
 
 
 def test_tacos_all_reduce_overlaps_its_halves_so_rs_plus_ag_is_no_bound_for_it():
@@ -167,7 +189,10 @@ def test_a_512_gpu_rail_cluster_is_bounded_exactly_in_well_under_a_second():
     )
     assert found[AG].throughput_us == found[RS].throughput_us == 1230.46875
     assert found[AG].ingress_us < found[AG].throughput_us <= found[AG].best_us
-    assert found[AR].throughput_us == 512 * US_PER_MIB_PER_GBPS / 400  # the server cut
+    # All-Reduce: the server cut (512 MiB over 400 GB/s) is looser than the ports:
+    # 2 x 511 messages per chunk, 512 chunks, over 512 GPUs x (400 + 50) GB/s.
+    assert all_reduce_port_bound_us(topo, spec(AR, topo)) > 512 * US_PER_MIB_PER_GBPS / 400
+    assert found[AR].throughput_us == pytest.approx(2 * 511 * US_PER_MIB_PER_GBPS / 450)
     assert elapsed < 5  # measured: about 0.1 s, with the other bounds
 
 
