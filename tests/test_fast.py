@@ -12,7 +12,7 @@ import pytest
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.synthesizer import _kernels, fast
+from tacos.synthesizer import _kernels, fast, synthesize_tenants
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.topology import Link, Topology
 
@@ -45,8 +45,13 @@ def both_engines(topo, spec, seed, policy):
     return reference, compiled
 
 
+SWITCHED = ["switch:5", "fat-tree:4", "dgx:2x4", "dgx:4x4,rails=2,nodes-per-leaf=2,spines=2",
+            "xgmi:2x4"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "name", ["ring:6", "mesh2d:4x5", "torus2d:4x4", "torus3d:3x3x3", "hypercube:4", "hetero"]
+    "name",
+    ["ring:6", "mesh2d:4x5", "torus2d:4x4", "torus3d:3x3x3", "hypercube:4", "hetero", *SWITCHED],
 )
 @pytest.mark.parametrize("kind", [AG, RS, AR])
 @pytest.mark.parametrize("policy", ["rarest", "random"])
@@ -72,6 +77,33 @@ def test_fast_matches_on_random_heterogeneous_topologies_and_many_chunks():
         assert list(compiled.transfers) == list(reference.transfers), trial
 
 
+def random_switched_topology(rnd, npus):
+    """NPUs hanging off a random strongly connected fabric of switches, some NPUs also
+    linked directly; random bandwidths and latencies, some parallel cables."""
+    switches = rnd.randint(1, 4)
+    cables = [(npus + s, npus + (s + 1) % switches) for s in range(switches) if switches > 1]
+    cables += [(v, npus + rnd.randrange(switches)) for v in range(npus)]
+    cables += [(rnd.randrange(npus), rnd.randrange(npus)) for _ in range(npus // 2)]
+    cables += cables[:1]
+    links = []
+    for a, b in cables:
+        if a != b:
+            bandwidth, latency = rnd.choice([25.0, 50.0, 400.0]), rnd.choice([0.0, 0.5, 1.0])
+            links += [Link(a, b, bandwidth, latency), Link(b, a, bandwidth, latency)]
+    return Topology(npus, tuple(links), npus + switches, name="random-switched")
+
+
+def test_fast_matches_on_random_switched_topologies():
+    rnd = random.Random(11)
+    for trial in range(25):
+        topo = random_switched_topology(rnd, rnd.randint(2, 9))
+        kind = rnd.choice([AG, RS, AR])
+        spec = Collective(kind, tuple(topo.npus), rnd.choice([1, 3, 20]), 2**20)
+        policy = rnd.choice(["rarest", "random"])
+        reference, compiled = both_engines(topo, spec, rnd.randrange(10**6), policy)
+        assert list(compiled.transfers) == list(reference.transfers), trial
+
+
 @pytest.mark.parametrize("policy", ["rarest", "random"])
 def test_the_random_number_generator_ends_where_the_reference_leaves_it(policy):
     topo = tacos.from_spec("torus2d:3x4")
@@ -90,9 +122,10 @@ def test_auto_takes_the_fast_engine_only_where_it_applies():
     assert tacos.synthesize(small, Collective(AG, (0, 1, 2, 3))).meta["engine"] == "reference"
     switch = tacos.from_spec("switch:80")
     switched = Collective(AG, tuple(switch.npus))
-    assert tacos.synthesize(switch, switched).meta["engine"] == "reference"
-    with pytest.raises(TacosError, match="fast engine cannot synthesize this: the topology has"):
-        tacos.synthesize(switch, switched, engine="fast")
+    assert tacos.synthesize(switch, switched).meta["engine"] == "fast"
+    tenants = (Collective(AG, tuple(range(40))), Collective(AG, tuple(range(40, 80))))
+    with pytest.raises(TacosError, match="fast engine cannot synthesize this: several tenants"):
+        synthesize_tenants(switch, tenants, engine="fast")
     subset = Collective(AG, tuple(range(0, 100, 2)))
     assert tacos.synthesize(mesh, subset).meta["engine"] == "reference"
     one_port = tacos.synthesize(mesh, spec, sends_in_flight=1)

@@ -105,7 +105,7 @@ prefetch: Any = intrinsic(_prefetch)
 
 
 @njit(cache=True, inline="always")
-def _nth_bit(bits: np.uint64, r: int) -> int:
+def nth_bit(bits: np.uint64, r: int) -> int:
     """Index of the ``r``-th lowest set bit of ``bits`` (which has more than ``r``).
 
     A binary search on popcounts of the lower half: six steps whatever ``r``.
@@ -386,7 +386,7 @@ def _pick_random(
         return -1
     r = randbelow(size, mt, counters)
     w, bits, r = _find_member(r, link, u, v, holds, taken, block_count, in_ptr, in_links, in_srcs)
-    return w * 64 + _nth_bit(bits, r)
+    return w * 64 + nth_bit(bits, r)
 
 
 @njit(cache=True, inline="always")

@@ -47,6 +47,7 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
+from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
 from tacos.topology import Topology
@@ -68,8 +69,6 @@ def fast_unsupported(
     topology: Topology, collectives: tuple[Collective, ...], sends_in_flight: int | None
 ) -> str | None:
     """Why the fast engine cannot synthesize this problem, or None when it can."""
-    if topology.num_switches:
-        return "the topology has switches"
     if len(collectives) != 1:
         return "several tenants share the links"
     (spec,) = collectives
@@ -336,6 +335,8 @@ def _spread(
             "to keep in memory; stream an All-Gather to disk: tacos synthesize --stream FILE "
             "(tacos.stream.stream_all_gather)"
         )
+    if topology.num_switches:
+        return _fabric_spread(topology, spec, sources, settings, link_free_at, earlier)
     blocks = list(
         spread_blocks(
             topology,
@@ -351,6 +352,32 @@ def _spread(
     offset = 0 if earlier is None else len(earlier)
     spread = spread_table(topology, blocks, sources, spec.chunk_bytes, offset)
     return spread if earlier is None else _in_start_order(_concat(earlier, spread))
+
+
+def _fabric_spread(
+    topology: Topology,
+    spec: Collective,
+    sources: Sources,
+    settings: FastSettings,
+    link_free_at: np.ndarray | None,
+    earlier: TransferTable | None,
+) -> TransferTable:
+    """:func:`_spread` on a topology with switches, as the reference: spread, sort, re-time.
+
+    Pruning is a no-op here too (every path ends at an NPU that wants its
+    chunk); re-timing is not: a switch's link serves transfers in the order
+    they become ready, which can differ from the order the greedy booked them.
+    """
+    offset = 0 if earlier is None else len(earlier)
+    spread = fabric_spread(
+        topology, sources.node, sources.time, sources.deps_ptr, sources.deps, spec.chunk_bytes,
+        settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
+    )  # fmt: skip
+    if settings.on_delivery:
+        settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)
+    combined = spread if earlier is None else _concat(earlier, spread)
+    in_order = combined.take(np.lexsort((np.arange(len(combined)), combined.link, combined.start)))
+    return replay_table(in_order, topology, spec.chunk_bytes)
 
 
 def spread_table(
@@ -397,6 +424,7 @@ def _reduce_scatter(
     by_dep = np.argsort(spread.deps, kind="stable")
     ptr = np.zeros(len(spread) + 1, np.int64)
     np.cumsum(np.bincount(spread.deps, minlength=len(spread)), out=ptr[1:])
+    into_switch = spread.src >= topology.num_npus  # played backwards: into a switch, a copy
     backwards = TransferTable(
         spread.chunk,
         spread.dst,
@@ -404,11 +432,13 @@ def _reduce_scatter(
         spread.link,
         finish - spread.end,
         finish - spread.start,
-        np.ones(len(spread), np.uint8),
+        np.where(into_switch, 0, 1).astype(np.uint8),
         ptr,
         rows[by_dep],
     )
     backwards = backwards.take(np.lexsort((backwards.link, backwards.start)))
+    if topology.num_switches:
+        return replay_table(backwards, topology, spec.chunk_bytes)
     return retime_npu_links(backwards, topology, spec.chunk_bytes)
 
 

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 from tacos.topology import Topology
@@ -77,6 +78,63 @@ def _switch_routes(topology: Topology, source: int, times: list[float]) -> list[
     return [Route(source, dst, path) for dst, (_, path) in sorted(best.items())]
 
 
+@dataclass(frozen=True, slots=True)
+class ShortestPaths:
+    """The statically shortest paths from one switch into the fabric and out to NPUs.
+
+    A directed acyclic graph: ``nodes`` lists the switches reached (the entry
+    first) and then the NPUs reached, each switch after every switch on a
+    shortest path to it, NPUs by id; ``edges_into[i]`` are the ``(link,
+    predecessor position)`` pairs that end a shortest path at ``nodes[i]``, by
+    link id; ``path_us[i]`` is the per-chunk time of a shortest path from the
+    entry to ``nodes[i]``. Lengths are compared in whole picoseconds, so that
+    equal-cost paths whose float sums differ in the last bit still count as equal.
+    """
+
+    nodes: tuple[int, ...]
+    edges_into: tuple[tuple[tuple[int, int], ...], ...]
+    path_us: tuple[float, ...]
+    first_npu: int  # position of the first NPU in ``nodes``
+
+    @classmethod
+    def from_switch(cls, topology: Topology, times: list[float], entry: int) -> ShortestPaths:
+        cost = [round(t * 1e6) for t in times]
+        length = {entry: 0}
+        settled: dict[int, None] = {}  # in settling order: every DAG edge points forwards
+        heap = [(0, entry)]
+        while heap:
+            here, node = heapq.heappop(heap)
+            if node in settled or here > length[node]:
+                continue
+            settled[node] = None
+            for link_id in topology.out_links[node]:
+                nxt = topology.links[link_id].dst
+                if topology.is_switch(nxt) and here + cost[link_id] < length.get(nxt, 2**63):
+                    length[nxt] = here + cost[link_id]
+                    heapq.heappush(heap, (length[nxt], nxt))
+        npu_length: dict[int, int] = {}
+        for node in settled:
+            for link_id in topology.out_links[node]:
+                nxt = topology.links[link_id].dst
+                if not topology.is_switch(nxt):
+                    npu_length[nxt] = min(npu_length.get(nxt, 2**63), length[node] + cost[link_id])
+        nodes = (*settled, *sorted(npu_length))
+        position = {node: i for i, node in enumerate(nodes)}
+        target = {**length, **npu_length}
+        edges_into: list[list[tuple[int, int]]] = [[] for _ in nodes]
+        for node in settled:
+            for link_id in topology.out_links[node]:
+                nxt = topology.links[link_id].dst
+                if nxt in position and length[node] + cost[link_id] == target[nxt] and nxt != entry:
+                    edges_into[position[nxt]].append((link_id, position[node]))
+        path_us = [0.0] * len(nodes)
+        for i in range(1, len(nodes)):
+            edges_into[i].sort()
+            link_id, pred = edges_into[i][0]
+            path_us[i] = path_us[pred] + times[link_id]
+        return cls(nodes, tuple(map(tuple, edges_into)), tuple(path_us), len(settled))
+
+
 class Fabric:
     """Paths through the switches, chosen when a chunk is sent.
 
@@ -84,51 +142,55 @@ class Fabric:
     per-chunk link time: the equal-cost multipath of real fabrics, parallel
     cables included); of those it takes the one that arrives first given when
     each link is already booked, queueing in a switch until its next link is
-    free. One fixed path per NPU pair would send every chunk between two pods
-    of a fat tree over the same core link while the others idle.
+    free (ties to the lowest link ids). One fixed path per NPU pair would send
+    every chunk between two pods of a fat tree over the same core link while
+    the others idle. The shortest paths from each switch are found once
+    (:class:`ShortestPaths`); a send only walks them in order.
     """
 
     def __init__(self, topology: Topology, times: list[float]) -> None:
         self.topology = topology
         self.times = times
-        # Static path lengths are compared in whole picoseconds, so that equal-cost
-        # paths whose float sums differ in the last bit still count as equal.
-        self._cost_ps = [round(t * 1e6) for t in times]
+        self._from_switch: dict[int, ShortestPaths] = {}
+
+    def paths_from(self, switch: int) -> ShortestPaths:
+        """The shortest paths from ``switch`` (found on first use)."""
+        found = self._from_switch.get(switch)
+        if found is None:
+            found = ShortestPaths.from_switch(self.topology, self.times, switch)
+            self._from_switch[switch] = found
+        return found
 
     def earliest(
         self, first_link: int, start: float, free_at: list[float]
     ) -> dict[int, tuple[float, float, tuple[int, ...]]]:
-        """Per NPU reached through the switch at the end of ``first_link``: its path.
+        """Per NPU reached through the switch at the end of ``first_link``, by id: its path.
 
         A path is (arrival time, per-chunk path time without queueing, links).
         The chunk leaves on ``first_link`` at ``start``; every path is a
         statically shortest one, and among those the earliest to arrive.
         """
-        topo, times, cost = self.topology, self.times, self._cost_ps
-        source = topo.links[first_link].src
-        entry = topo.links[first_link].dst
-        arrival = max(start, free_at[first_link]) + times[first_link]
-        heap: list[tuple[int, float, float, tuple[int, ...], int]] = [
-            (cost[first_link], arrival, times[first_link], (first_link,), entry)
-        ]
-        settled: set[int] = set()
-        found: dict[int, tuple[int, float, float, tuple[int, ...]]] = {}
-        while heap:
-            length, ready, path_us, path, node = heapq.heappop(heap)
-            if node in settled:
+        source = self.topology.links[first_link].src
+        dag = self.paths_from(self.topology.links[first_link].dst)
+        arrival = [0.0] * len(dag.nodes)
+        came_by: list[tuple[int, int]] = [(first_link, -1)] * len(dag.nodes)
+        arrival[0] = max(start, free_at[first_link]) + self.times[first_link]
+        for i in range(1, len(dag.nodes)):
+            best = math.inf
+            for link_id, pred in dag.edges_into[i]:
+                candidate = max(arrival[pred], free_at[link_id]) + self.times[link_id]
+                if candidate < best:
+                    best, came_by[i] = candidate, (link_id, pred)
+            arrival[i] = best
+        found = {}
+        for i in range(dag.first_npu, len(dag.nodes)):
+            if dag.nodes[i] == source:
                 continue
-            settled.add(node)
-            for link_id in topo.out_links[node]:
-                nxt = topo.links[link_id].dst
-                label = (
-                    length + cost[link_id],
-                    max(ready, free_at[link_id]) + times[link_id],
-                    path_us + times[link_id],
-                    (*path, link_id),
-                )
-                if topo.is_switch(nxt):
-                    if nxt not in settled:
-                        heapq.heappush(heap, (*label, nxt))
-                elif nxt != source and (nxt not in found or label[:2] < found[nxt][:2]):
-                    found[nxt] = label
-        return {npu: (arrive, path_us, links) for npu, (_, arrive, path_us, links) in found.items()}
+            links = []
+            at = i
+            while at >= 0:
+                link_id, at = came_by[at]
+                links.append(link_id)
+            path_us = self.times[first_link] + dag.path_us[i]
+            found[dag.nodes[i]] = (arrival[i], path_us, tuple(reversed(links)))
+        return found

@@ -1,0 +1,787 @@
+"""Numba kernels of the fast engine on switched topologies: the greedy over fabric paths, replay.
+
+:func:`run_fabric_spread` is :func:`tacos.synthesizer.greedy.greedy_spread`
+compiled for the fast engine's scope (every NPU wants every chunk it does not
+start with, one source per chunk, no port limit) on topologies with switches:
+the same events, candidate links, random draws and decisions, so the same
+transfers in the same order. It is written for clarity more than for the
+last cache miss (unlike :func:`tacos.synthesizer._kernels.run_spread`, which
+serves the NPU-only topologies of tens of thousands of NPUs): its state is
+the reference's, as arrays.
+
+:func:`replay` is :mod:`tacos.simulate`'s replay without port limits: an
+NPU's link runs its transfers in schedule order, a switch's link serves them
+in the order they became ready (ties by chunk, then by the link the transfer
+came in on, then by position). The synthesizer re-times every schedule with
+it, as the reference re-times with the Python replay.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tacos.synthesizer._kernels import mt_next32, nth_bit, popcount, randbelow, shuffle
+
+AVAILABLE, ARRIVED, LINK_FREE = 0, 1, 2
+"""Event kinds, as in the reference."""
+NEARER = 1 - 1e-9
+"""As :data:`tacos.synthesizer.greedy.NEARER`."""
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+
+
+# ---------------------------------------------------------------- CPython's random()
+@njit(cache=True, inline="always")
+def random_float(mt: np.ndarray, counters: np.ndarray) -> float:
+    """CPython's ``Random.random()``: 53 bits from two 32-bit outputs."""
+    a = mt_next32(mt, counters) >> 5
+    b = mt_next32(mt, counters) >> 6
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+
+
+# ---------------------------------------------------------------- a growable event heap
+@njit(cache=True)
+def _event_push(
+    times: np.ndarray, rows: np.ndarray, size: int, seq: int, t: float, kind: int, a: int, b: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Push event ``(t, seq)`` with payload ``(kind, a, b)``; returns the (maybe grown) arrays."""
+    if size == times.shape[0]:
+        grown_times = np.empty(2 * size + 16)
+        grown_rows = np.empty((2 * size + 16, 4), np.int64)
+        grown_times[:size] = times[:size]
+        grown_rows[:size] = rows[:size]
+        times, rows = grown_times, grown_rows
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if times[parent] < t or (times[parent] == t and rows[parent, 0] < seq):
+            break
+        times[i] = times[parent]
+        rows[i] = rows[parent]
+        i = parent
+    times[i] = t
+    rows[i, 0], rows[i, 1], rows[i, 2], rows[i, 3] = seq, kind, a, b
+    return times, rows
+
+
+@njit(cache=True)
+def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int, int]:
+    """Remove the earliest event (``size`` entries before); return its payload."""
+    kind, a, b = rows[0, 1], rows[0, 2], rows[0, 3]
+    n = size - 1
+    t = times[n]
+    last = rows[n].copy()
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and (
+            times[child + 1] < times[child]
+            or (times[child + 1] == times[child] and rows[child + 1, 0] < rows[child, 0])
+        ):
+            child += 1
+        if t < times[child] or (t == times[child] and last[0] < rows[child, 0]):
+            break
+        times[i] = times[child]
+        rows[i] = rows[child]
+        i = child
+    times[i] = t
+    rows[i] = last
+    return kind, a, b
+
+
+# ---------------------------------------------------------------- chunk choice
+@njit(cache=True)
+def _pick_chunk(
+    u: int,
+    v: int,
+    mask_slot: int,
+    masks: np.ndarray,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
+    copies: np.ndarray,
+    rarest: bool,
+    compare_all_up_to: int,
+    pool: np.ndarray,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> int:
+    """The reference's ``_pick_chunk`` (every chunk ``v`` lacks is wanted): -1 for none."""
+    words = holds.shape[1]
+    count = 0
+    for w in range(words):
+        bits = holds[u, w] & ~taken[v, w]
+        if mask_slot >= 0:
+            bits &= ~masks[mask_slot, w]
+        count += popcount(bits)
+    if count == 0:
+        return -1
+    if not rarest or count > compare_all_up_to:
+        r = randbelow(count, mt, counters)
+        for w in range(words):
+            bits = holds[u, w] & ~taken[v, w]
+            if mask_slot >= 0:
+                bits &= ~masks[mask_slot, w]
+            here = popcount(bits)
+            if r < here:
+                break
+            r -= here
+        if not rarest:
+            return w * 64 + nth_bit(bits, r)
+        k = 0  # the eligible chunks of the drawn one's word
+        while bits:
+            low = nth_bit(bits, 0)
+            pool[k] = w * 64 + low
+            k += 1
+            bits &= ~(_ONE << np.uint64(low))
+    else:
+        k = 0
+        for w in range(words):
+            bits = holds[u, w] & ~taken[v, w]
+            if mask_slot >= 0:
+                bits &= ~masks[mask_slot, w]
+            while bits:
+                low = nth_bit(bits, 0)
+                pool[k] = w * 64 + low
+                k += 1
+                bits &= ~(_ONE << np.uint64(low))
+    best_holders, best_copies, ties = 1 << 62, 1 << 62, 0
+    for i in range(k):
+        chunk = pool[i]
+        w, bit = chunk >> 6, np.uint64(chunk & 63)
+        holders = 0
+        for j in range(inbr_ptr[v], inbr_ptr[v + 1]):
+            holders += (holds[inbrs[j], w] >> bit) & _ONE
+        if holders < best_holders or (holders == best_holders and copies[chunk] < best_copies):
+            best_holders, best_copies, ties = holders, copies[chunk], 0
+        if holders == best_holders and copies[chunk] == best_copies:
+            pool[ties] = chunk
+            ties += 1
+    return pool[randbelow(ties, mt, counters)] if ties > 1 else pool[0]
+
+
+@njit(cache=True, inline="always")
+def _takes_some(
+    u: int, v: int, slot: int, masks: np.ndarray, holds: np.ndarray, taken: np.ndarray
+) -> bool:
+    """Whether ``u`` has a chunk that ``v`` lacks and nodes nearer to it lack too."""
+    for w in range(holds.shape[1]):
+        bits = holds[u, w] & ~taken[v, w]
+        if slot >= 0:
+            bits &= ~masks[slot, w]
+        if bits:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- nearer holdings
+@njit(cache=True)
+def _near_slot(
+    v: int,
+    path_us: float,
+    near_ptr: np.ndarray,
+    near_nodes: np.ndarray,
+    near_dist: np.ndarray,
+    key_cut: np.ndarray,
+    key_slot: np.ndarray,
+    num_keys: np.ndarray,
+    masks: np.ndarray,
+    num_slots: np.ndarray,
+    taken: np.ndarray,
+    watch: np.ndarray,
+    watch_head: np.ndarray,
+) -> tuple[int, np.ndarray]:
+    """The mask row of chunks nodes nearer to ``v`` than ``path_us`` have or receive (-1: none).
+
+    As the reference's ``_NearHoldings``: a row is made on first use from the
+    nodes' ``taken`` rows, and those nodes then keep it up to date
+    (:func:`_near_gain`) through the ``watch`` list (rows: next entry, slot).
+    Returns the (maybe grown) watch list.
+    """
+    first, last = near_ptr[v], near_ptr[v + 1]
+    cut = np.searchsorted(near_dist[first:last], path_us * NEARER)
+    if cut == 0:
+        return -1, watch
+    for j in range(num_keys[v]):
+        if key_cut[v, j] == cut:
+            return key_slot[v, j], watch
+    slot = num_slots[0]
+    num_slots[0] += 1
+    key_cut[v, num_keys[v]] = cut
+    key_slot[v, num_keys[v]] = slot
+    num_keys[v] += 1
+    for i in range(first, first + cut):
+        node = near_nodes[i]
+        for w in range(taken.shape[1]):
+            masks[slot, w] |= taken[node, w]
+        entry = num_slots[1]
+        if entry == watch.shape[0]:
+            grown = np.empty((2 * entry + 16, 2), np.int64)
+            grown[:entry] = watch[:entry]
+            watch = grown
+        num_slots[1] += 1
+        watch[entry, 0], watch[entry, 1] = watch_head[node], slot
+        watch_head[node] = entry
+    return slot, watch
+
+
+@njit(cache=True, inline="always")
+def _near_gain(
+    node: int, chunk: int, masks: np.ndarray, watch: np.ndarray, watch_head: np.ndarray
+) -> None:
+    """``node`` now has or receives ``chunk``: the rows it is nearer for get it."""
+    w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+    entry = watch_head[node]
+    while entry >= 0:
+        masks[watch[entry, 1], w] |= bit
+        entry = watch[entry, 0]
+
+
+# ---------------------------------------------------------------- the event loop
+@njit(cache=True)
+def run_fabric_spread(
+    # topology (static)
+    link_src: np.ndarray,
+    link_dst: np.ndarray,
+    link_time: np.ndarray,
+    has_routes: np.ndarray,
+    first_ptr: np.ndarray,
+    first_links: np.ndarray,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
+    near_ptr: np.ndarray,
+    near_nodes: np.ndarray,
+    near_dist: np.ndarray,
+    max_keys: int,
+    dag_of_link: np.ndarray,
+    dag_node_ptr: np.ndarray,
+    dag_nodes: np.ndarray,
+    dag_first_npu: np.ndarray,
+    dag_edge_ptr: np.ndarray,
+    dag_edge_link: np.ndarray,
+    dag_edge_pred: np.ndarray,
+    dag_path_us: np.ndarray,
+    slot_base: np.ndarray,
+    # the spread
+    num_chunks: int,
+    source_node: np.ndarray,
+    source_time: np.ndarray,
+    link_free_at: np.ndarray,
+    wanted: int,
+    rarest: bool,
+    compare_all_up_to: int,
+    index_offset: int,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The reference's spread: transfers in decision order, and how many chunks are missing.
+
+    Chunk ``c`` starts on ``source_node[c]`` at ``source_time[c]``; ``wanted``
+    counts the (NPU, chunk) pairs to deliver. Returns
+    chunk, link, start, end and dependency of every transfer (a transfer
+    index plus ``index_offset``, or ``-2 - c``: the source dependencies of
+    chunk ``c``), and the wanted chunks never delivered (0 unless stuck).
+    """
+    num_nodes = first_ptr.shape[0] - 1
+    num_links = link_src.shape[0]
+    words = (num_chunks + 63) // 64
+    holds = np.zeros((num_nodes, words), np.uint64)
+    taken = np.zeros((num_nodes, words), np.uint64)  # holds or is receiving
+    copies = np.zeros(num_chunks, np.int64)
+    free_at = link_free_at.copy()
+    arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
+    sender_of = np.empty(0, np.int64)
+    # near holdings
+    key_cut = np.zeros((num_nodes, max_keys), np.int64)
+    key_slot = np.zeros((num_nodes, max_keys), np.int64)
+    num_keys = np.zeros(num_nodes, np.int64)
+    masks = np.zeros((num_nodes * max_keys, words), np.uint64)
+    num_slots = np.zeros(2, np.int64)  # mask rows, watch entries
+    watch = np.empty((0, 2), np.int64)
+    watch_head = np.full(num_nodes, -1, np.int64)
+    # events
+    ev_times = np.empty(0)
+    ev_rows = np.empty((0, 4), np.int64)
+    ev_size = 0
+    seq = 0
+    for chunk in range(num_chunks):
+        copies[chunk] += 1
+        ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, source_time[chunk],
+                                        AVAILABLE, chunk, source_node[chunk])  # fmt: skip
+        ev_size += 1
+        seq += 1
+    for link in range(num_links):
+        if free_at[link] > 0:
+            ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, free_at[link],
+                                            LINK_FREE, -1, link)  # fmt: skip
+            ev_size += 1
+            seq += 1
+    remaining = wanted
+    # output, in decision order
+    out_chunk = np.empty(1024, np.int64)
+    out_link = np.empty(1024, np.int64)
+    out_start = np.empty(1024)
+    out_end = np.empty(1024)
+    out_dep = np.empty(1024, np.int64)
+    count = 0
+    # scratch
+    marked = np.zeros(num_links, np.bool_)
+    candidates = np.empty(num_links, np.int64)
+    touched = np.empty(num_nodes, np.int64)
+    is_touched = np.zeros(num_nodes, np.bool_)
+    pool = np.empty(max(64, compare_all_up_to + 1, words * 64), np.int64)
+    biggest_dag = 1
+    for d in range(dag_node_ptr.shape[0] - 1):
+        biggest_dag = max(biggest_dag, dag_node_ptr[d + 1] - dag_node_ptr[d])
+    arrival = np.empty(biggest_dag)
+    came_link = np.empty(biggest_dag, np.int64)
+    came_pred = np.empty(biggest_dag, np.int64)
+    dest_pos = np.empty(biggest_dag, np.int64)
+    dest_draw = np.empty(biggest_dag)
+    slot_cache = np.full(slot_base[-1], -2, np.int64)  # per (link, DAG position): its mask row
+    path = np.empty(biggest_dag + 1, np.int64)
+
+    while ev_size > 0 and remaining > 0:
+        now = ev_times[0]
+        num_candidates = 0
+        num_touched = 0
+        while ev_size > 0 and ev_times[0] == now:
+            kind, a, b = _event_pop(ev_times, ev_rows, ev_size)
+            ev_size -= 1
+            if kind == LINK_FREE:
+                if not marked[b]:
+                    marked[b] = True
+                    candidates[num_candidates] = b
+                    num_candidates += 1
+                continue
+            if kind == AVAILABLE:
+                node, chunk = b, a
+                w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+                if not taken[node, w] & bit:
+                    taken[node, w] |= bit
+                _near_gain(node, chunk, masks, watch, watch_head)
+            else:
+                node, chunk = link_dst[out_link[a]], out_chunk[a]
+                arrived_by[node, chunk] = a + index_offset
+                sender = sender_of[a]
+                if not is_touched[sender]:
+                    is_touched[sender] = True
+                    touched[num_touched] = sender
+                    num_touched += 1
+            w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+            if not holds[node, w] & bit:
+                holds[node, w] |= bit
+                if not is_touched[node]:
+                    is_touched[node] = True
+                    touched[num_touched] = node
+                    num_touched += 1
+                if source_node[chunk] != node:
+                    remaining -= 1
+        if remaining == 0:
+            break
+        for i in range(num_touched):
+            node = touched[i]
+            is_touched[node] = False
+            for j in range(first_ptr[node], first_ptr[node + 1]):
+                link = first_links[j]
+                if not marked[link]:
+                    marked[link] = True
+                    candidates[num_candidates] = link
+                    num_candidates += 1
+        order = np.sort(candidates[:num_candidates])
+        kept = 0
+        for i in range(num_candidates):
+            marked[order[i]] = False
+            if free_at[order[i]] <= now:
+                order[kept] = order[i]
+                kept += 1
+        shuffle(order, kept, mt, counters)
+
+        for i in range(kept):
+            link = order[i]
+            if not has_routes[link]:
+                continue
+            u = link_src[link]
+            dag = dag_of_link[link]
+            chosen_chunk, hops, v, num_dests = -1, 0, -1, 0
+            if dag < 0:
+                v = link_dst[link]
+                chosen_chunk = _pick_chunk(u, v, -1, masks, holds, taken, inbr_ptr, inbrs,
+                                           copies, rarest, compare_all_up_to, pool, mt,
+                                           counters)  # fmt: skip
+                path[0] = link
+                hops = 1
+            else:
+                # The reference draws one number per destination, sorts them by
+                # (arrival, draw, id) and sends to the first that takes a chunk: only
+                # that first one matters, so find the takers, then the earliest of them.
+                base = dag_node_ptr[dag]
+                size = dag_node_ptr[dag + 1] - base
+                cache = slot_base[link]
+                best_p, best_draw = -1, 0.0
+                for p in range(dag_first_npu[dag], size):
+                    v = dag_nodes[base + p]
+                    if v == u:
+                        continue
+                    draw = random_float(mt, counters)
+                    slot = slot_cache[cache + p]
+                    if slot == -2:
+                        path_us = link_time[link] + dag_path_us[base + p]
+                        slot, watch = _near_slot(v, path_us, near_ptr, near_nodes, near_dist,
+                                                 key_cut, key_slot, num_keys, masks, num_slots,
+                                                 taken, watch, watch_head)  # fmt: skip
+                        slot_cache[cache + p] = slot
+                    if _takes_some(u, v, slot, masks, holds, taken):
+                        dest_pos[num_dests] = p
+                        dest_draw[num_dests] = draw
+                        num_dests += 1
+                if num_dests:
+                    # Earliest arrival over the statically shortest paths (Fabric.earliest).
+                    arrival[0] = max(now, free_at[link]) + link_time[link]
+                    came_pred[0] = -1
+                    for p in range(1, size):
+                        best = np.inf
+                        for e in range(dag_edge_ptr[base + p], dag_edge_ptr[base + p + 1]):
+                            lk, pred = dag_edge_link[e], dag_edge_pred[e]
+                            candidate = max(arrival[pred], free_at[lk]) + link_time[lk]
+                            if candidate < best:
+                                best, came_link[p], came_pred[p] = candidate, lk, pred
+                        arrival[p] = best
+                    for j in range(num_dests):
+                        p = dest_pos[j]
+                        if (
+                            best_p < 0
+                            or arrival[p] < arrival[best_p]
+                            or (arrival[p] == arrival[best_p] and dest_draw[j] < best_draw)
+                        ):
+                            best_p, best_draw = p, dest_draw[j]
+                    v = dag_nodes[base + best_p]
+                    chosen_chunk = _pick_chunk(u, v, slot_cache[cache + best_p], masks, holds,
+                                               taken, inbr_ptr, inbrs, copies, rarest,
+                                               compare_all_up_to, pool, mt, counters)  # fmt: skip
+                    hops = 0
+                    at = best_p
+                    while at > 0:
+                        path[hops] = came_link[at]
+                        hops += 1
+                        at = came_pred[at]
+                    path[hops] = link
+                    hops += 1
+                    path[:hops] = path[:hops][::-1].copy()
+            if chosen_chunk < 0:
+                continue
+            # Send it (the reference's _send): book every hop, the first frees the link.
+            chunk = chosen_chunk
+            if count + hops > out_chunk.shape[0]:
+                grow = 2 * out_chunk.shape[0] + hops
+                out_chunk = _grown(out_chunk, grow)
+                out_link = _grown(out_link, grow)
+                out_start = _grown(out_start, grow)
+                out_end = _grown(out_end, grow)
+                out_dep = _grown(out_dep, grow)
+            dep = -2 - chunk if source_node[chunk] == u else arrived_by[u, chunk]
+            ready = now
+            for h in range(hops):
+                lk = path[h]
+                start = max(ready, free_at[lk])
+                ready = start + link_time[lk]
+                free_at[lk] = ready
+                if h == 0:
+                    ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready,
+                                                    LINK_FREE, -1, lk)  # fmt: skip
+                    ev_size += 1
+                    seq += 1
+                out_chunk[count], out_link[count] = chunk, lk
+                out_start[count], out_end[count], out_dep[count] = start, ready, dep
+                dep = count + index_offset
+                count += 1
+            ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready, ARRIVED,
+                                            count - 1, v)  # fmt: skip
+            ev_size += 1
+            seq += 1
+            if count > sender_of.shape[0]:
+                sender_of = _grown(sender_of, 2 * count)
+            sender_of[count - 1] = u
+            taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+            _near_gain(v, chunk, masks, watch, watch_head)
+            copies[chunk] += 1
+    return (out_chunk[:count].copy(), out_link[:count].copy(), out_start[:count].copy(),
+            out_end[:count].copy(), out_dep[:count].copy(), remaining)  # fmt: skip
+
+
+@njit(cache=True)
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` copied into a new array of ``size`` rows."""
+    grown = np.empty(size, array.dtype)
+    grown[: array.shape[0]] = array
+    return grown
+
+
+# ---------------------------------------------------------------- the replay
+@njit(cache=True, inline="always")
+def _served_before(i: int, j: int, ready: np.ndarray, chunk: np.ndarray, op: np.ndarray,
+                   came_in_on: np.ndarray) -> bool:  # fmt: skip
+    """Whether a switch serves transfer ``i`` before ``j``: by readiness, then what it is."""
+    if ready[i] != ready[j]:
+        return ready[i] < ready[j]
+    if chunk[i] != chunk[j]:
+        return chunk[i] < chunk[j]
+    if op[i] != op[j]:
+        return op[i] < op[j]
+    if came_in_on[i] != came_in_on[j]:
+        return came_in_on[i] < came_in_on[j]
+    return i < j
+
+
+@njit(cache=True)
+def replay(
+    link: np.ndarray,
+    chunk: np.ndarray,
+    op: np.ndarray,
+    deps_ptr: np.ndarray,
+    deps: np.ndarray,
+    recorded_start: np.ndarray,
+    from_switch: np.ndarray,
+    link_time: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Start and end of every transfer as :mod:`tacos.simulate` replays it (no port limit).
+
+    ``from_switch[i]``: transfer ``i`` leaves a switch (its link serves in
+    order of readiness; an NPU's link in order of ``recorded_start``, then
+    position). A transfer out of a switch has at most one dependency, whose
+    link is what the switch knows it came in on. Returns the starts, the ends
+    and how many transfers ran (fewer than all: the schedule deadlocks).
+    """
+    count = link.shape[0]
+    num_links = link_time.shape[0]
+    start = np.zeros(count)
+    end = np.zeros(count)
+    waiting = np.zeros(count, np.int64)
+    came_in_on = np.full(count, -1, np.int64)
+    dependant_count = np.zeros(count + 1, np.int64)
+    for i in range(count):
+        for k in range(deps_ptr[i], deps_ptr[i + 1]):
+            repeated = False
+            for k2 in range(deps_ptr[i], k):
+                repeated = repeated or deps[k2] == deps[k]
+            if not repeated:
+                waiting[i] += 1
+                dependant_count[deps[k] + 1] += 1
+        if deps_ptr[i + 1] > deps_ptr[i]:
+            came_in_on[i] = link[deps[deps_ptr[i]]]
+    dependant_ptr = np.cumsum(dependant_count)
+    dependants = np.empty(dependant_ptr[count], np.int64)
+    filled = dependant_ptr[:count].copy()
+    for i in range(count):
+        for k in range(deps_ptr[i], deps_ptr[i + 1]):
+            repeated = False
+            for k2 in range(deps_ptr[i], k):
+                repeated = repeated or deps[k2] == deps[k]
+            if not repeated:
+                dependants[filled[deps[k]]] = i
+                filled[deps[k]] += 1
+    # Per link: its NPU queue (fixed order) or its switch queue (a heap), one segment each.
+    per_link = np.zeros(num_links + 1, np.int64)
+    for i in range(count):
+        per_link[link[i] + 1] += 1
+    segment = np.cumsum(per_link)
+    fixed = np.empty(count, np.int64)
+    placed = segment[:num_links].copy()
+    for i in np.argsort(recorded_start, kind="mergesort"):
+        if not from_switch[i]:
+            fixed[placed[link[i]]] = i
+            placed[link[i]] += 1
+    head = segment[:num_links].copy()  # next of the fixed queue, or the switch heap's size
+    fixed_end = placed
+    queue = np.empty(count, np.int64)
+    ready = np.zeros(count)
+    idle = np.ones(num_links, np.bool_)
+    done_time = np.empty(count)
+    done_index = np.empty(count, np.int64)
+    done_size = 0
+    finished = 0
+    to_try = np.zeros(num_links, np.bool_)
+    tried = np.empty(num_links, np.int64)
+    num_tried = 0
+    for i in range(count):
+        if waiting[i] == 0 and from_switch[i]:
+            _enqueue(i, 0.0, link, segment, head, queue, ready, chunk, op, came_in_on)
+    for lk in range(num_links):
+        to_try[lk] = True
+        tried[num_tried] = lk
+        num_tried += 1
+    now = 0.0
+    while True:
+        for t in range(num_tried):
+            lk = tried[t]
+            to_try[lk] = False
+            if not idle[lk]:
+                continue
+            i = -1
+            if fixed_end[lk] > segment[lk]:  # an NPU's link
+                if head[lk] < fixed_end[lk] and waiting[fixed[head[lk]]] == 0:
+                    i = fixed[head[lk]]
+                    head[lk] += 1
+            elif head[lk] > segment[lk]:
+                i = _dequeue(lk, segment, head, queue, ready, chunk, op, came_in_on)
+            if i < 0:
+                continue
+            idle[lk] = False
+            start[i] = now
+            end[i] = now + link_time[lk]
+            done_size = _done_push(done_time, done_index, done_size, end[i], i)
+        num_tried = 0
+        if done_size == 0:
+            break
+        now = done_time[0]
+        while done_size > 0 and done_time[0] == now:
+            i = done_index[0]
+            done_size = _done_pop(done_time, done_index, done_size)
+            finished += 1
+            lk = link[i]
+            idle[lk] = True
+            if not to_try[lk]:
+                to_try[lk] = True
+                tried[num_tried] = lk
+                num_tried += 1
+            for k in range(dependant_ptr[i], dependant_ptr[i + 1]):
+                j = dependants[k]
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    if from_switch[j]:
+                        _enqueue(j, now, link, segment, head, queue, ready, chunk, op, came_in_on)
+                    if not to_try[link[j]]:
+                        to_try[link[j]] = True
+                        tried[num_tried] = link[j]
+                        num_tried += 1
+    return start, end, finished
+
+
+@njit(cache=True, inline="always")
+def _enqueue(i: int, now: float, link: np.ndarray, segment: np.ndarray, head: np.ndarray,
+             queue: np.ndarray, ready: np.ndarray, chunk: np.ndarray, op: np.ndarray,
+             came_in_on: np.ndarray) -> None:  # fmt: skip
+    """Put ready transfer ``i`` in its switch link's heap."""
+    ready[i] = now
+    base = segment[link[i]]
+    k = head[link[i]] - base
+    head[link[i]] += 1
+    while k > 0:
+        parent = (k - 1) >> 1
+        if _served_before(queue[base + parent], i, ready, chunk, op, came_in_on):
+            break
+        queue[base + k] = queue[base + parent]
+        k = parent
+    queue[base + k] = i
+
+
+@njit(cache=True, inline="always")
+def _dequeue(lk: int, segment: np.ndarray, head: np.ndarray, queue: np.ndarray,
+             ready: np.ndarray, chunk: np.ndarray, op: np.ndarray,
+             came_in_on: np.ndarray) -> int:  # fmt: skip
+    """Take the first-served transfer off switch link ``lk``'s heap."""
+    base = segment[lk]
+    top = queue[base]
+    n = head[lk] - base - 1
+    head[lk] -= 1
+    last = queue[base + n]
+    k = 0
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and _served_before(
+            queue[base + child + 1], queue[base + child], ready, chunk, op, came_in_on
+        ):
+            child += 1
+        if _served_before(last, queue[base + child], ready, chunk, op, came_in_on):
+            break
+        queue[base + k] = queue[base + child]
+        k = child
+    queue[base + k] = last
+    return top
+
+
+@njit(cache=True, inline="always")
+def _done_push(times: np.ndarray, index: np.ndarray, size: int, t: float, i: int) -> int:
+    k = size
+    while k > 0:
+        parent = (k - 1) >> 1
+        if times[parent] < t or (times[parent] == t and index[parent] < i):
+            break
+        times[k], index[k] = times[parent], index[parent]
+        k = parent
+    times[k], index[k] = t, i
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _done_pop(times: np.ndarray, index: np.ndarray, size: int) -> int:
+    n = size - 1
+    t, i = times[n], index[n]
+    k = 0
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and (
+            times[child + 1] < times[child]
+            or (times[child + 1] == times[child] and index[child + 1] < index[child])
+        ):
+            child += 1
+        if t < times[child] or (t == times[child] and i < index[child]):
+            break
+        times[k], index[k] = times[child], index[child]
+        k = child
+    times[k], index[k] = t, i
+    return n
+
+
+# ---------------------------------------------------------------- distances between NPUs
+@njit(cache=True)
+def nearest_first(
+    into_ptr: np.ndarray, into_src: np.ndarray, into_us: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per target, the other nodes by route distance to it (CSR, nearest first, ties by id).
+
+    Route distances as the reference's ``_distances_to`` computes them
+    (Dijkstra over the routes into each node, costs ``into_us``): Dijkstra's
+    result is the fixpoint of ``d(x) = min over routes x -> y of d(y) + cost``,
+    so any order of relaxing gives the same floats.
+    """
+    num_nodes = into_ptr.shape[0] - 1
+    ptr = np.zeros(num_nodes + 1, np.int64)
+    nodes = np.empty(0, np.int64)
+    dists = np.empty(0)
+    dist = np.full(num_nodes, np.inf)
+    settled = np.zeros(num_nodes, np.bool_)
+    heap_d = np.empty(into_src.shape[0] + 1)
+    heap_n = np.empty(into_src.shape[0] + 1, np.int64)
+    for target in targets:
+        dist[:] = np.inf
+        settled[:] = False
+        dist[target] = 0.0
+        size = _done_push(heap_d, heap_n, 0, 0.0, target)
+        while size > 0:
+            d, node = heap_d[0], heap_n[0]
+            size = _done_pop(heap_d, heap_n, size)
+            if settled[node]:
+                continue
+            settled[node] = True
+            for k in range(into_ptr[node], into_ptr[node + 1]):
+                prev = into_src[k]
+                if d + into_us[k] < dist[prev]:
+                    dist[prev] = d + into_us[k]
+                    size = _done_push(heap_d, heap_n, size, dist[prev], prev)
+        reached = np.nonzero(settled)[0]
+        reached = reached[reached != target]
+        order = reached[np.argsort(dist[reached], kind="mergesort")]
+        start = nodes.shape[0]
+        nodes = np.concatenate((nodes, order))
+        dists = np.concatenate((dists, dist[order]))
+        ptr[target + 1] = nodes.shape[0] - start
+    return np.cumsum(ptr), nodes, dists

@@ -1,0 +1,238 @@
+"""The fast engine on switched topologies: the reference's routes as arrays, compiled.
+
+:func:`fabric_spread` returns the transfers :func:`tacos.synthesizer.greedy.greedy_spread`
+returns on a topology with switches (same seed, same transfers, same random
+state after), and :func:`replay_table` re-times transfers as
+:func:`tacos.synthesizer.timing.retime_asap` does. What the reference builds
+lazily (routes, the shortest paths through the fabric, the distances between
+NPUs that the nearer-holder rule compares) is built here once, as arrays
+(:class:`FabricArrays`), for :mod:`tacos.synthesizer._fabric_kernels`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacos.errors import TacosError
+from tacos.synthesizer import _fabric_kernels as FK
+from tacos.synthesizer import _kernels as K
+from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
+from tacos.synthesizer.routes import Fabric, routes_from
+from tacos.topology import Topology
+from tacos.transfers import TransferTable
+
+
+@dataclass(frozen=True)
+class FabricArrays:
+    """A topology's routes, fabric paths and NPU distances for one chunk size, as arrays.
+
+    * ``has_routes[l]``: link ``l`` is the first link of some route (others are
+      never matched); ``first_ptr``/``first_links``: per node, those of its links.
+    * ``inbr_ptr``/``inbrs``: per node, the NPUs with a route into it (the
+      "rarest" policy's in-neighbours).
+    * ``near_ptr``/``near_nodes``/``near_dist``: per node, the others by route
+      distance to it, nearest first; ``max_keys`` bounds how many distance cuts
+      of one node the nearer-holder rule can ask for.
+    * ``dag_*``: per switch entered by a link with routes, its
+      :class:`~tacos.synthesizer.routes.ShortestPaths` flattened (``dag_of_link``:
+      which one a link enters, -1 for links between NPUs); ``slot_base``: where
+      each link's per-destination cache starts (the kernel's ``slot_cache``).
+    """
+
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    link_time: np.ndarray
+    from_switch: np.ndarray
+    has_routes: np.ndarray
+    first_ptr: np.ndarray
+    first_links: np.ndarray
+    inbr_ptr: np.ndarray
+    inbrs: np.ndarray
+    near_ptr: np.ndarray
+    near_nodes: np.ndarray
+    near_dist: np.ndarray
+    max_keys: int
+    dag_of_link: np.ndarray
+    dag_node_ptr: np.ndarray
+    dag_nodes: np.ndarray
+    dag_first_npu: np.ndarray
+    dag_edge_ptr: np.ndarray
+    dag_edge_link: np.ndarray
+    dag_edge_pred: np.ndarray
+    dag_path_us: np.ndarray
+    slot_base: np.ndarray
+
+    @classmethod
+    def of(cls, topology: Topology, chunk_bytes: int) -> FabricArrays:
+        times = topology.link_times_us(chunk_bytes)
+        n, num_links = topology.num_nodes, len(topology.links)
+        has_routes = np.zeros(num_links, np.bool_)
+        senders: list[set[int]] = [set() for _ in range(n)]
+        into: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        for node_routes in routes_from(topology, chunk_bytes):
+            for route in node_routes:
+                has_routes[route.links[0]] = True
+                senders[route.dst].add(route.src)
+                # sum() as the reference adds route times (compensated since Python 3.12).
+                into[route.dst].append((route.src, sum(times[i] for i in route.links)))
+        first: list[list[int]] = [[] for _ in range(n)]
+        for link_id in np.nonzero(has_routes)[0].tolist():
+            first[topology.links[link_id].src].append(link_id)
+        first_ptr, first_links = _csr(first)
+        inbr_ptr, inbrs = _csr([sorted(s) for s in senders])
+        into_ptr, into_src = _csr([[src for src, _ in row] for row in into])
+        into_us = np.fromiter((us for row in into for _, us in row), np.float64, len(into_src))
+        near_ptr, near_nodes, near_dist = FK.nearest_first(
+            into_ptr, into_src, into_us, np.asarray(topology.npus, np.int64)
+        )
+        max_keys = 1 + max(
+            (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
+            default=0,
+        )
+        link_src = np.fromiter((lk.src for lk in topology.links), np.int64, num_links)
+        link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, num_links)
+        is_switch = np.asarray([topology.is_switch(v) for v in range(n)], np.bool_)
+        dags = _Dags(topology, times)
+        dag_of_link = np.full(num_links, -1, np.int64)
+        for link_id in np.nonzero(has_routes & is_switch[link_dst])[0].tolist():
+            dag_of_link[link_id] = dags.index(int(link_dst[link_id]))
+        node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us = dags.arrays()
+        dag_sizes = np.diff(node_ptr)
+        # Each link into a switch caches, per position of its DAG, the nearer-holdings row.
+        slot_base = np.zeros(num_links + 1, np.int64)
+        np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=slot_base[1:])
+        return cls(
+            link_src, link_dst, np.asarray(times, np.float64), is_switch[link_src], has_routes,
+            first_ptr, first_links, inbr_ptr, inbrs, near_ptr, near_nodes, near_dist, max_keys,
+            dag_of_link, node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us,
+            slot_base,
+        )  # fmt: skip
+
+
+class _Dags:
+    """The shortest paths from each entry switch, numbered as first asked for, then flattened."""
+
+    def __init__(self, topology: Topology, times: list[float]) -> None:
+        self._fabric = Fabric(topology, times)
+        self._order: dict[int, int] = {}
+
+    def index(self, switch: int) -> int:
+        return self._order.setdefault(switch, len(self._order))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                              np.ndarray, np.ndarray]:  # fmt: skip
+        node_rows: list[tuple[int, ...]] = []
+        first_npu: list[int] = []
+        edge_rows: list[tuple[tuple[int, int], ...]] = []
+        path_us: list[float] = []
+        for switch in self._order:
+            paths = self._fabric.paths_from(switch)
+            node_rows.append(paths.nodes)
+            first_npu.append(paths.first_npu)
+            edge_rows.extend(paths.edges_into)
+            path_us.extend(paths.path_us)
+        node_ptr, nodes = _csr(node_rows)
+        edge_ptr, edge_links = _csr([[link for link, _ in row] for row in edge_rows])
+        edge_preds = np.fromiter(
+            (pred for row in edge_rows for _, pred in row), np.int64, len(edge_links)
+        )
+        return (node_ptr, nodes, np.asarray(first_npu, np.int64), edge_ptr, edge_links,
+                edge_preds, np.asarray(path_us, np.float64))  # fmt: skip
+
+
+_cache: dict[tuple[int, int], tuple[Topology, FabricArrays]] = {}
+
+
+def fabric_arrays(topology: Topology, chunk_bytes: int) -> FabricArrays:
+    """:meth:`FabricArrays.of`, kept for the last few topologies (All-Reduce asks twice)."""
+    key = (id(topology), chunk_bytes)
+    found = _cache.get(key)
+    if found is None or found[0] is not topology:
+        if len(_cache) >= 4:
+            _cache.pop(next(iter(_cache)))
+        found = (topology, FabricArrays.of(topology, chunk_bytes))
+        _cache[key] = found
+    return found[1]
+
+
+def fabric_spread(
+    topology: Topology,
+    source_node: np.ndarray,
+    source_time: np.ndarray,
+    source_deps_ptr: np.ndarray,
+    source_deps: np.ndarray,
+    chunk_bytes: int,
+    rng: random.Random,
+    policy: ChunkPolicy,
+    *,
+    link_free_at: np.ndarray | None = None,
+    index_offset: int = 0,
+) -> TransferTable:
+    """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU.
+
+    Transfers in decision order (the reference's order, before sorting);
+    dependencies index them plus ``index_offset``, or are the source's
+    (``source_deps`` of the chunk, CSR). ``rng`` advances as the reference's does.
+    """
+    arrays = fabric_arrays(topology, chunk_bytes)
+    num_chunks = len(source_node)
+    version, internal, gauss_next = rng.getstate()
+    if version != 3 or len(internal) != K.MT_WORDS + 1:
+        raise TacosError(f"unexpected random.Random state version {version}")
+    mt = np.asarray(internal[: K.MT_WORDS], np.int64)
+    counters = np.zeros(K.NUM_COUNTERS, np.int64)
+    counters[K.C_MT_POS] = internal[K.MT_WORDS]
+    free_at = np.zeros(len(topology.links)) if link_free_at is None else link_free_at
+    chunk, link, start, end, dep, missing = FK.run_fabric_spread(
+        arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
+        arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.near_ptr, arrays.near_nodes,
+        arrays.near_dist, arrays.max_keys, arrays.dag_of_link, arrays.dag_node_ptr,
+        arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr, arrays.dag_edge_link,
+        arrays.dag_edge_pred, arrays.dag_path_us, arrays.slot_base, num_chunks,
+        np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
+        np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
+        policy == "rarest", RAREST_COMPARE_ALL, index_offset, mt, counters,
+    )  # fmt: skip
+    rng.setstate((3, (*mt.tolist(), int(counters[K.C_MT_POS])), gauss_next))
+    if missing:
+        raise TacosError(
+            f"topology {topology.name!r}: some chunk can never reach some node; "
+            "check that the topology is strongly connected"
+        )
+    from_source = dep < -1
+    source_chunk = np.where(from_source, -2 - dep, 0)
+    lengths = np.where(from_source, np.diff(source_deps_ptr)[source_chunk], 1)
+    ptr = np.zeros(len(chunk) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    deps = np.repeat(dep, lengths)
+    for i in np.nonzero(from_source & (lengths > 0))[0].tolist():
+        c = source_chunk[i]
+        deps[ptr[i] : ptr[i + 1]] = source_deps[source_deps_ptr[c] : source_deps_ptr[c + 1]]
+    op = np.zeros(len(chunk), np.uint8)
+    src, dst = arrays.link_src[link], arrays.link_dst[link]
+    return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
+
+
+def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
+    """``retime_asap`` without port limits: replayed times, sorted by (start, link, position)."""
+    arrays = fabric_arrays(topology, chunk_bytes)
+    start, end, finished = FK.replay(
+        transfers.link, transfers.chunk, transfers.op, transfers.deps_ptr, transfers.deps,
+        transfers.start, arrays.from_switch[transfers.link], arrays.link_time,
+    )  # fmt: skip
+    if finished < len(transfers):
+        raise TacosError("the synthesized schedule deadlocks in its replay (a bug: please report)")
+    retimed = TransferTable(
+        transfers.chunk, transfers.src, transfers.dst, transfers.link, start, end, transfers.op,
+        transfers.deps_ptr, transfers.deps,
+    )  # fmt: skip
+    return retimed.take(np.lexsort((np.arange(len(start)), transfers.link, start)))
+
+
+def _csr(rows: list[list[int]] | list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    return ptr, np.fromiter((x for r in rows for x in r), np.int64, int(ptr[-1]))
