@@ -757,6 +757,7 @@ def nearest_first(
     ptr = np.zeros(num_nodes + 1, np.int64)
     nodes = np.empty(0, np.int64)
     dists = np.empty(0)
+    used = 0
     dist = np.full(num_nodes, np.inf)
     settled = np.zeros(num_nodes, np.bool_)
     heap_d = np.empty(into_src.shape[0] + 1)
@@ -780,8 +781,11 @@ def nearest_first(
         reached = np.nonzero(settled)[0]
         reached = reached[reached != target]
         order = reached[np.argsort(dist[reached], kind="mergesort")]
-        start = nodes.shape[0]
-        nodes = np.concatenate((nodes, order))
-        dists = np.concatenate((dists, dist[order]))
-        ptr[target + 1] = nodes.shape[0] - start
-    return np.cumsum(ptr), nodes, dists
+        if used + order.shape[0] > nodes.shape[0]:
+            nodes = _grown(nodes, 2 * (used + order.shape[0]))
+            dists = _grown(dists, 2 * (used + order.shape[0]))
+        nodes[used : used + order.shape[0]] = order
+        dists[used : used + order.shape[0]] = dist[order]
+        used += order.shape[0]
+        ptr[target + 1] = order.shape[0]
+    return np.cumsum(ptr), nodes[:used].copy(), dists[:used].copy()

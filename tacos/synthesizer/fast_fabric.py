@@ -72,7 +72,8 @@ class FabricArrays:
         has_routes = np.zeros(num_links, np.bool_)
         senders: list[set[int]] = [set() for _ in range(n)]
         into: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-        for node_routes in routes_from(topology, chunk_bytes):
+        dags = _Dags(topology, times)
+        for node_routes in routes_from(topology, chunk_bytes, dags.fabric):
             for route in node_routes:
                 has_routes[route.links[0]] = True
                 senders[route.dst].add(route.src)
@@ -95,7 +96,6 @@ class FabricArrays:
         link_src = np.fromiter((lk.src for lk in topology.links), np.int64, num_links)
         link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, num_links)
         is_switch = np.asarray([topology.is_switch(v) for v in range(n)], np.bool_)
-        dags = _Dags(topology, times)
         dag_of_link = np.full(num_links, -1, np.int64)
         for link_id in np.nonzero(has_routes & is_switch[link_dst])[0].tolist():
             dag_of_link[link_id] = dags.index(int(link_dst[link_id]))
@@ -116,7 +116,7 @@ class _Dags:
     """The shortest paths from each entry switch, numbered as first asked for, then flattened."""
 
     def __init__(self, topology: Topology, times: list[float]) -> None:
-        self._fabric = Fabric(topology, times)
+        self.fabric = Fabric(topology, times)
         self._order: dict[int, int] = {}
 
     def index(self, switch: int) -> int:
@@ -129,7 +129,7 @@ class _Dags:
         edge_rows: list[tuple[tuple[int, int], ...]] = []
         path_us: list[float] = []
         for switch in self._order:
-            paths = self._fabric.paths_from(switch)
+            paths = self.fabric.paths_from(switch)
             node_rows.append(paths.nodes)
             first_npu.append(paths.first_npu)
             edge_rows.extend(paths.edges_into)

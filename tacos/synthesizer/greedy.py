@@ -185,7 +185,8 @@ class _SpreadState:
         self.routes_into: dict[int, list[tuple[int, float]]] = defaultdict(list)
         """Per node, the (source, per-chunk time) of every route into it."""
         in_neighbours: list[set[int]] = [set() for _ in range(n)]
-        for node_routes in routes_from(topology, chunk_bytes):
+        self.fabric = Fabric(topology, self.durations) if topology.num_switches else None
+        for node_routes in routes_from(topology, chunk_bytes, self.fabric):
             for route in node_routes:
                 self.routes_by_link[route.links[0]].append(route)
                 in_neighbours[route.dst].add(route.src)
@@ -204,7 +205,6 @@ class _SpreadState:
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
         self.near = _NearHoldings(self._distances_to, self.holds, self.incoming)
-        self.fabric = Fabric(topology, self.durations) if topology.num_switches else None
         for source in sources:
             self.copies[source.chunk] += 1
             self.source_deps[(source.node, source.chunk)] = source.deps

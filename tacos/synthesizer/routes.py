@@ -5,7 +5,7 @@ direct link between two NPUs is a one-hop route. Switches have no buffers a
 schedule could use: a chunk entering a switch must leave it towards one NPU
 (unicast, as in ASTRA-sim and NCCL). So for every NPU ``u`` and every NPU ``v``
 reachable from ``u`` through switches only, there is one route: the fastest
-such path (per-chunk link times; ties to the lowest node ids). Routes say who
+such path (per-chunk link times; ties to the lowest link ids). Routes say who
 reaches whom and how far it is; which of the equally fast paths a chunk
 really takes is chosen when it is sent, by :class:`Fabric`.
 
@@ -33,49 +33,37 @@ class Route:
     links: tuple[int, ...]
 
 
-def routes_from(topology: Topology, chunk_bytes: int) -> list[list[Route]]:
+def routes_from(
+    topology: Topology, chunk_bytes: int, fabric: Fabric | None = None
+) -> list[list[Route]]:
     """For each node, the routes leaving it, ordered by first link, then destination.
 
-    Switch nodes get no routes of their own: they are only passed through.
+    Switch nodes get no routes of their own: they are only passed through. A
+    route through switches is a fastest path (in whole picoseconds; ties to the
+    lowest first link, then to the lowest link ids), found from the shortest
+    paths of the ``fabric`` (made here if not given) its first link enters.
     """
     times = topology.link_times_us(chunk_bytes)
+    if fabric is None:
+        fabric = Fabric(topology, times)
     table: list[list[Route]] = [[] for _ in range(topology.num_nodes)]
     for u in topology.npus:
+        fastest: dict[int, tuple[int, int, ShortestPaths, int]] = {}
         for link_id in topology.out_links[u]:
             v = topology.links[link_id].dst
             if not topology.is_switch(v):
                 table[u].append(Route(u, v, (link_id,)))
-        if topology.num_switches:
-            table[u].extend(_switch_routes(topology, u, times))
+                continue
+            dag = fabric.paths_from(v)
+            first_ps = fabric.cost_ps[link_id]
+            for i in range(dag.first_npu, len(dag.nodes)):
+                npu, length_ps = dag.nodes[i], first_ps + dag.length_ps[i]
+                if npu != u and (npu not in fastest or length_ps < fastest[npu][0]):
+                    fastest[npu] = (length_ps, link_id, dag, i)
+        for npu, (_, link_id, dag, i) in fastest.items():
+            table[u].append(Route(u, npu, (link_id, *dag.static_path(i))))
         table[u].sort(key=lambda r: (r.links[0], r.dst))
     return table
-
-
-def _switch_routes(topology: Topology, source: int, times: list[float]) -> list[Route]:
-    """Fastest paths from ``source`` into the switch fabric and out to each NPU."""
-    best: dict[int, tuple[float, tuple[int, ...]]] = {}
-    heap: list[tuple[float, tuple[int, ...], int]] = []
-    for link_id in topology.out_links[source]:
-        switch = topology.links[link_id].dst
-        if topology.is_switch(switch):
-            heapq.heappush(heap, (times[link_id], (link_id,), switch))
-    settled: set[int] = set()
-    while heap:
-        elapsed, path, node = heapq.heappop(heap)
-        if node in settled:
-            continue
-        settled.add(node)
-        for link_id in topology.out_links[node]:
-            nxt = topology.links[link_id].dst
-            arrival = elapsed + times[link_id]
-            if topology.is_switch(nxt):
-                if nxt not in settled:
-                    heapq.heappush(heap, (arrival, (*path, link_id), nxt))
-            elif nxt != source:
-                candidate = (arrival, (*path, link_id))
-                if nxt not in best or candidate < best[nxt]:
-                    best[nxt] = candidate
-    return [Route(source, dst, path) for dst, (_, path) in sorted(best.items())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,45 +82,16 @@ class ShortestPaths:
     nodes: tuple[int, ...]
     edges_into: tuple[tuple[tuple[int, int], ...], ...]
     path_us: tuple[float, ...]
+    length_ps: tuple[int, ...]
     first_npu: int  # position of the first NPU in ``nodes``
 
-    @classmethod
-    def from_switch(cls, topology: Topology, times: list[float], entry: int) -> ShortestPaths:
-        cost = [round(t * 1e6) for t in times]
-        length = {entry: 0}
-        settled: dict[int, None] = {}  # in settling order: every DAG edge points forwards
-        heap = [(0, entry)]
-        while heap:
-            here, node = heapq.heappop(heap)
-            if node in settled or here > length[node]:
-                continue
-            settled[node] = None
-            for link_id in topology.out_links[node]:
-                nxt = topology.links[link_id].dst
-                if topology.is_switch(nxt) and here + cost[link_id] < length.get(nxt, 2**63):
-                    length[nxt] = here + cost[link_id]
-                    heapq.heappush(heap, (length[nxt], nxt))
-        npu_length: dict[int, int] = {}
-        for node in settled:
-            for link_id in topology.out_links[node]:
-                nxt = topology.links[link_id].dst
-                if not topology.is_switch(nxt):
-                    npu_length[nxt] = min(npu_length.get(nxt, 2**63), length[node] + cost[link_id])
-        nodes = (*settled, *sorted(npu_length))
-        position = {node: i for i, node in enumerate(nodes)}
-        target = {**length, **npu_length}
-        edges_into: list[list[tuple[int, int]]] = [[] for _ in nodes]
-        for node in settled:
-            for link_id in topology.out_links[node]:
-                nxt = topology.links[link_id].dst
-                if nxt in position and length[node] + cost[link_id] == target[nxt] and nxt != entry:
-                    edges_into[position[nxt]].append((link_id, position[node]))
-        path_us = [0.0] * len(nodes)
-        for i in range(1, len(nodes)):
-            edges_into[i].sort()
-            link_id, pred = edges_into[i][0]
-            path_us[i] = path_us[pred] + times[link_id]
-        return cls(nodes, tuple(map(tuple, edges_into)), tuple(path_us), len(settled))
+    def static_path(self, i: int) -> tuple[int, ...]:
+        """The links of the shortest path to ``nodes[i]`` through the lowest link ids."""
+        links = []
+        while i:
+            link_id, i = self.edges_into[i][0]
+            links.append(link_id)
+        return tuple(reversed(links))
 
 
 class Fabric:
@@ -151,15 +110,61 @@ class Fabric:
     def __init__(self, topology: Topology, times: list[float]) -> None:
         self.topology = topology
         self.times = times
+        self.cost_ps = [round(t * 1e6) for t in times]
+        self._out = [
+            [(link_id, topology.links[link_id].dst) for link_id in topology.out_links[node]]
+            for node in range(topology.num_nodes)
+        ]
         self._from_switch: dict[int, ShortestPaths] = {}
 
     def paths_from(self, switch: int) -> ShortestPaths:
         """The shortest paths from ``switch`` (found on first use)."""
         found = self._from_switch.get(switch)
         if found is None:
-            found = ShortestPaths.from_switch(self.topology, self.times, switch)
+            found = self._shortest_paths(switch)
             self._from_switch[switch] = found
         return found
+
+    def _shortest_paths(self, entry: int) -> ShortestPaths:
+        """Dijkstra over the switches from ``entry`` (integer costs), then the DAG's edges."""
+        cost, out, num_npus = self.cost_ps, self._out, self.topology.num_npus
+        length = {entry: 0}
+        settled: dict[int, None] = {}  # in settling order: every DAG edge points forwards
+        heap = [(0, entry)]
+        while heap:
+            here, node = heapq.heappop(heap)
+            if node in settled or here > length[node]:
+                continue
+            settled[node] = None
+            for link_id, nxt in out[node]:
+                if nxt >= num_npus and here + cost[link_id] < length.get(nxt, 2**63):
+                    length[nxt] = here + cost[link_id]
+                    heapq.heappush(heap, (length[nxt], nxt))
+        for node in settled:
+            for link_id, nxt in out[node]:
+                if nxt < num_npus:
+                    length[nxt] = min(length.get(nxt, 2**63), length[node] + cost[link_id])
+        nodes = (*settled, *sorted(n for n in length if n < num_npus))
+        position = {node: i for i, node in enumerate(nodes)}
+        edges_into: list[list[tuple[int, int]]] = [[] for _ in nodes]
+        for node in settled:
+            here = length[node]
+            for link_id, nxt in out[node]:
+                at = position.get(nxt, 0)
+                if at and here + cost[link_id] == length[nxt]:
+                    edges_into[at].append((link_id, position[node]))
+        path_us = [0.0] * len(nodes)
+        for i in range(1, len(nodes)):
+            edges_into[i].sort()
+            link_id, pred = edges_into[i][0]
+            path_us[i] = path_us[pred] + self.times[link_id]
+        return ShortestPaths(
+            nodes,
+            tuple(map(tuple, edges_into)),
+            tuple(path_us),
+            tuple(length[node] for node in nodes),
+            len(settled),
+        )
 
     def earliest(
         self, first_link: int, start: float, free_at: list[float]
