@@ -11,8 +11,8 @@ Example:
 
 Two engines make the same schedules: ``"reference"`` (:mod:`.greedy`, the
 readable oracle) and ``"fast"`` (:mod:`.fast`, compiled, for thousands of
-NPUs; NPU-only topologies, All-Gather / Reduce-Scatter / All-Reduce over all
-NPUs). ``engine="auto"`` takes the fast one for problems above
+NPUs, with or without switches; All-Gather / Reduce-Scatter / All-Reduce over
+all NPUs). ``engine="auto"`` takes the fast one for problems above
 :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
 compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
 processes) and keeps the fastest schedule, the lowest seed on ties.

@@ -29,10 +29,12 @@ order, drawing from a copy of CPython's Mersenne Twister
   no-ops on a spread (:func:`_spread` says why); the Reduce-Scatter's reversed
   spread is re-timed by one array pass (:func:`retime_npu_links`).
 
-Scope: NPU-only topologies (no switches), one collective whose ranks are all
-the NPUs, All-Gather, Reduce-Scatter or All-Reduce, no NPU port limit. Then
-every node wants every chunk it lacks, so relays (and the reference's
-"brings closer" rule) never arise. :func:`fast_unsupported` says why a
+Scope: one collective whose ranks are all the NPUs, All-Gather, Reduce-Scatter
+or All-Reduce, no NPU port limit. Then every node wants every chunk it lacks,
+so relays (and the reference's "brings closer" rule) never arise. Topologies
+with switches take :mod:`.fast_fabric` (the same greedy with paths through
+the fabric, re-timed by a compiled replay); the rest of this module serves
+NPU-only topologies up to tens of thousands of NPUs. :func:`fast_unsupported` says why a
 problem is out of scope; ``synthesize(engine="auto")`` then uses the reference.
 """
 
