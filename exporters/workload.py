@@ -41,7 +41,6 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters.astra_config import REMOTE_MEMORY, analytical_network
 from tacos.exporters.base import ExportResult
-from tacos.exporters.chakra import rank_traces
 from tacos.exporters.workload_config import (
     AWARE_BINARY,
     NATIVE_ALGORITHMS,
@@ -52,10 +51,11 @@ from tacos.exporters.workload_config import (
     run_script,
     workload_system,
 )
+from tacos.exporters.workload_measure import CUSTOM, measure, write_custom_et
 from tacos.formats.arguments import ArgumentAdder
 from tacos.formats.astrasim import AnalyticalNetwork, network_yaml
-from tacos.formats.chakra import write_et
 from tacos.formats.workload import (
+    CUSTOM_KINDS,
     WHOLE_NETWORK,
     CollectiveCall,
     CommGroup,
@@ -99,6 +99,7 @@ class WorkloadOptions:
     seed: int = 0
     algorithm: str = "best"
     force: bool = False
+    measure_with: Path | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorkloadOptions:
@@ -110,6 +111,7 @@ class WorkloadOptions:
             args.seed,
             args.algorithm,
             args.force,
+            args.measure_with,
         )
 
 
@@ -140,6 +142,14 @@ def add_arguments(parser: ArgumentAdder) -> None:
         help="master: per-node-custom-implementation; c459ab6: one custom ET per collective "
         "type (an error if that is not enough); auto (default): per type when that is enough",
     )
+    parser.add_argument(
+        "--measure-with",
+        type=Path,
+        metavar="BINARY",
+        help="run each collective on every NPU alone on this ASTRA-sim binary, with each "
+        "native algorithm and with its synthesized ET, and leave it to the native algorithm "
+        "where that is faster",
+    )
 
 
 def check_target(out: Path, options: WorkloadOptions) -> None:
@@ -165,14 +175,24 @@ class WorkloadPlan:
     network: list[AnalyticalNetwork] | None
     options: WorkloadOptions
     ets: list[CustomEt]
-    calls: list[tuple[CollectiveCall, CustomEt]]
+    calls: list[tuple[CollectiveCall, CustomEt | None]]
     per_node: bool
     builds: tuple[str, ...]
+    natives: dict[CollectiveKind, str]
+    """The native algorithm system.json gives each kind (for calls left native, None ETs)."""
+    measured: dict[object, dict[str, int | None]]
+    """ASTRA-sim's times of each measured call signature (``--measure-with``)."""
+
+    @property
+    def custom_calls(self) -> list[tuple[CollectiveCall, CustomEt]]:
+        return [(call, et) for call, et in self.calls if et is not None]
 
     def summary(self) -> str:
         keys = "per-node ETs" if self.per_node else "one ET per collective type"
+        native = len(self.calls) - len(self.custom_calls)
+        left = f" ({native} left to ASTRA-sim's native, measured faster)" if native else ""
         return (
-            f"{self.workload.num_ranks} ranks, {len(self.calls)} collectives, "
+            f"{self.workload.num_ranks} ranks, {len(self.calls)} collectives{left}, "
             f"{len(self.ets)} synthesized algorithms, {keys} (runs on ASTRA-sim "
             f"{' and '.join(self.builds)})"
         )
@@ -181,16 +201,17 @@ class WorkloadPlan:
         """system.json (synthesized), system_native.json, and the per-node map if used."""
         dims = len(self.network) if self.network else 1
         native = workload_system(self.options.native, dims, {})
+        calls = self.custom_calls
         if self.per_node:
             custom: dict[str, Any] = {PER_NODE_KEY: PER_NODE_FILE}
         else:
-            custom = {f"{et.key[0]}-implementation-custom": [et.prefix] for _, et in self.calls}
+            custom = {f"{call.kind}-implementation-custom": [et.prefix] for call, et in calls}
         files = {
-            "system.json": _json_text(workload_system(self.options.native, dims, custom)),
+            "system.json": _json_text(workload_system(self.natives, dims, custom)),
             "system_native.json": _json_text(native),
         }
         if self.per_node:
-            prefixes = {node: et.prefix for call, et in self.calls for _, node in call.node_ids}
+            prefixes = {node: et.prefix for call, et in calls for _, node in call.node_ids}
             files[PER_NODE_FILE] = per_node_yaml(prefixes)
         return files
 
@@ -208,7 +229,10 @@ class WorkloadPlan:
             "algorithm": self.options.algorithm,
             "seed": self.options.seed,
             "ets": [_et_entry(et) for et in self.ets],
-            "collectives": [_call_entry(call, et) for call, et in self.calls],
+            "collectives": [
+                _call_entry(call, et, self.natives, self.measured.get(call.signature))
+                for call, et in self.calls
+            ],
         }
 
     def text_files(self) -> dict[str, str]:
@@ -275,15 +299,22 @@ def plan_workload(
     network = network or analytical_dimensions(topology)
     cache: dict[SynthesisKey, Schedule] = {}
     chosen: dict[object, SynthesisKey] = {}
-    ets: dict[SynthesisKey, CustomEt] = {}
-    calls = []
-    for call, synthesized in zip(
-        workload.collectives, _id_sharers(workload.collectives), strict=True
-    ):
+    synthesized_for = _id_sharers(workload.collectives)
+    for synthesized in synthesized_for:
         if synthesized.signature not in chosen:
             chosen[synthesized.signature] = _best_key(
                 workload, synthesized, topology, network, options, cache
             )
+    measured = {}
+    if options.measure_with is not None:
+        measured = _measure(workload, synthesized_for, network, chosen, cache, options)
+    natives = _fallback_natives(workload.collectives, measured, options.native)
+    ets: dict[SynthesisKey, CustomEt] = {}
+    calls: list[tuple[CollectiveCall, CustomEt | None]] = []
+    for call, synthesized in zip(workload.collectives, synthesized_for, strict=True):
+        if _native_is_faster(measured.get(call.signature), natives[call.kind]):
+            calls.append((call, None))
+            continue
         key = chosen[synthesized.signature]
         if key not in ets:
             prefix = f"et/{len(ets):03d}-{call.kind}"
@@ -291,8 +322,66 @@ def plan_workload(
         calls.append((call, ets[key]))
     per_node, builds = _custom_keys(workload, calls, options.astra_sim_build)
     return WorkloadPlan(
-        workload, topology, network, options, list(ets.values()), calls, per_node, builds
+        workload,
+        topology,
+        network,
+        options,
+        list(ets.values()),
+        calls,
+        per_node,
+        builds,
+        natives,
+        measured,
     )
+
+
+def _measure(
+    workload: Workload,
+    synthesized_for: Sequence[CollectiveCall],
+    network: list[AnalyticalNetwork] | None,
+    chosen: dict[object, SynthesisKey],
+    cache: dict[SynthesisKey, Schedule],
+    options: WorkloadOptions,
+) -> dict[object, dict[str, int | None]]:
+    """ASTRA-sim's times of every distinct collective on every NPU (see
+    :mod:`tacos.exporters.workload_measure`); collectives on groups are not measured."""
+    assert options.measure_with is not None
+    if network is None:
+        raise TacosError(
+            f"--measure-with needs a network ASTRA-sim can run, and {workload.prefix}'s "
+            "topology has no analytical form; give --topology a network.yml"
+        )
+    measured: dict[object, dict[str, int | None]] = {}
+    for call, synthesized in zip(workload.collectives, synthesized_for, strict=True):
+        if call.group.id == WHOLE_NETWORK and call.signature not in measured:
+            schedule = cache[chosen[synthesized.signature]]
+            measured[call.signature] = measure(options.measure_with, call, schedule, network)
+    return measured
+
+
+def _fallback_natives(
+    calls: Sequence[CollectiveCall], measured: dict[object, dict[str, int | None]], native: str
+) -> dict[CollectiveKind, str]:
+    """Per kind, the native algorithm for the calls left native: the one that, with each
+    measured call taking the faster of it and its ET, gives the least total time."""
+    natives = {}
+    for kind in CUSTOM_KINDS.values():
+        times = [measured[c.signature] for c in calls if c.kind is kind and c.signature in measured]
+
+        def total(algorithm: str, times: list[dict[str, int | None]] = times) -> float:
+            return sum(min(_ns(t[CUSTOM]), _ns(t[algorithm])) for t in times)
+
+        natives[kind] = min(NATIVE_ALGORITHMS, key=total) if times else native
+    return natives
+
+
+def _native_is_faster(times: dict[str, int | None] | None, algorithm: str) -> bool:
+    return times is not None and _ns(times[algorithm]) < _ns(times[CUSTOM])
+
+
+def _ns(time: int | None) -> float:
+    """A measured time, a hang counting as never finishing."""
+    return float("inf") if time is None else float(time)
 
 
 def export_workload(
@@ -317,10 +406,7 @@ def export_workload(
     nodes = 0
     with atomic_directory(out, force=options.force) as scratch:
         for et in plan.ets:
-            positions = et.group.file_positions
-            for npu, (meta, et_nodes) in rank_traces(et.schedule).items():
-                write_et(scratch / f"{et.prefix}.{positions[npu]}.et", meta, et_nodes)
-                nodes += len(et_nodes)
+            nodes += write_custom_et(scratch, et.prefix, et.schedule, et.group)
         for rank, path in enumerate(workload.files):
             copy = scratch / "workload" / f"{WORKLOAD_NAME}.{rank}.et"
             write_bytes_atomic(copy, _read_bytes(path))
@@ -448,12 +534,16 @@ def _synthesize(net: Topology, key: SynthesisKey, options: WorkloadOptions, wher
 
 
 def _custom_keys(
-    workload: Workload, calls: Sequence[tuple[CollectiveCall, CustomEt]], build: str
+    workload: Workload, calls: Sequence[tuple[CollectiveCall, CustomEt | None]], build: str
 ) -> tuple[bool, tuple[str, ...]]:
-    """Whether ASTRA-sim needs the per-node map, and the builds the bundle runs on."""
-    per_type: dict[CollectiveKind, set[str]] = {}
+    """Whether ASTRA-sim needs the per-node map, and the builds the bundle runs on.
+
+    A type whose calls are partly left native needs the per-node map too (its key would
+    catch them all).
+    """
+    per_type: dict[CollectiveKind, set[str | None]] = {}
     for call, et in calls:
-        per_type.setdefault(call.kind, set()).add(et.prefix)
+        per_type.setdefault(call.kind, set()).add(None if et is None else et.prefix)
     several = sorted(kind for kind, prefixes in per_type.items() if len(prefixes) > 1)
     problem = _c459ab6_problem(calls, per_type, several)
     if build == "c459ab6" and problem:
@@ -468,8 +558,8 @@ def _custom_keys(
 
 
 def _c459ab6_problem(
-    calls: Sequence[tuple[CollectiveCall, CustomEt]],
-    per_type: dict[CollectiveKind, set[str]],
+    calls: Sequence[tuple[CollectiveCall, CustomEt | None]],
+    per_type: dict[CollectiveKind, set[str | None]],
     several: list[CollectiveKind],
 ) -> str | None:
     """Why ASTRA-sim c459ab6 cannot run these collectives custom, if it cannot."""
@@ -478,7 +568,7 @@ def _c459ab6_problem(
             f"it has {len(per_type[several[0]])} different {several[0]} algorithms and c459ab6 "
             "takes one custom ET per collective type"
         )
-    if CollectiveKind.REDUCE_SCATTER in per_type:
+    if per_type.get(CollectiveKind.REDUCE_SCATTER, {None}) != {None}:
         return f"it runs {CollectiveKind.REDUCE_SCATTER}, which c459ab6 has no custom key for"
     for call, _ in calls:
         if call.group.id != WHOLE_NETWORK:
@@ -504,9 +594,14 @@ def _et_entry(et: CustomEt) -> dict[str, Any]:
     }
 
 
-def _call_entry(call: CollectiveCall, et: CustomEt) -> dict[str, Any]:
+def _call_entry(
+    call: CollectiveCall,
+    et: CustomEt | None,
+    natives: dict[CollectiveKind, str],
+    measured: dict[str, int | None] | None,
+) -> dict[str, Any]:
     ids = {node for _, node in call.node_ids}
-    return {
+    entry: dict[str, Any] = {
         "name": call.name,
         "node_ids": ids.pop() if len(ids) == 1 else {str(r): n for r, n in call.node_ids},
         "collective": call.kind.value,
@@ -514,11 +609,17 @@ def _call_entry(call: CollectiveCall, et: CustomEt) -> dict[str, Any]:
         "group": None if call.group.id == WHOLE_NETWORK else call.group.id,
         "npus": list(call.group.members),
         "involved_dims": None if call.involved_dims is None else list(call.involved_dims),
-        "et": et.prefix,
-        "synthesized_for": list(et.group.members),
-        "algorithm": et.schedule.meta.get("algorithm", "tacos"),
-        "predicted_time_us": et.schedule.collective_time_us,
     }
+    if et is None:
+        entry["algorithm"] = f"native {natives[call.kind]}"
+    else:
+        entry["et"] = et.prefix
+        entry["synthesized_for"] = list(et.group.members)
+        entry["algorithm"] = et.schedule.meta.get("algorithm", "tacos")
+        entry["predicted_time_us"] = et.schedule.collective_time_us
+    if measured is not None:
+        entry["measured_ns"] = measured
+    return entry
 
 
 def _read_bytes(path: Path) -> bytes:

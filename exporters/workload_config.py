@@ -47,12 +47,15 @@ def native_algorithm(native: str, kind: CollectiveKind) -> str:
     return NATIVE_FALLBACK if kind in _NATIVE_SKIPS.get(native, ()) else native
 
 
-def workload_system(native: str, dimensions: int, custom: Mapping[str, Any]) -> dict[str, Any]:
-    """system.json: the single-collective bundle's settings, ``native`` on every dimension
-    for each collective, then the ``custom`` keys."""
+def workload_system(
+    native: str | Mapping[CollectiveKind, str], dimensions: int, custom: Mapping[str, Any]
+) -> dict[str, Any]:
+    """system.json: the single-collective bundle's settings, the ``native`` algorithm (one,
+    or one per collective kind) on every dimension, then the ``custom`` keys."""
     config = system_config()
     for kind in CUSTOM_KINDS.values():
-        config[f"{kind}-implementation"] = [native_algorithm(native, kind)] * dimensions
+        chosen = native if isinstance(native, str) else native.get(kind, NATIVE_FALLBACK)
+        config[f"{kind}-implementation"] = [native_algorithm(chosen, kind)] * dimensions
     config.update(custom)
     return config
 
