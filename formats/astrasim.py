@@ -58,6 +58,20 @@ class AnalyticalNetwork:
         )
 
 
+def network_yaml(dims: Sequence[AnalyticalNetwork]) -> str:
+    """A network.yml of several dimensions (dimension 0 first), as :func:`parse_network` reads."""
+
+    def row(values: Sequence[object]) -> str:
+        return "[ " + ", ".join(str(v) for v in values) + " ]"
+
+    return (
+        f"topology: {row([d.kind for d in dims])}\n"
+        f"npus_count: {row([d.npus for d in dims])}\n"
+        f"bandwidth: {row([repr(d.bandwidth_GBps) for d in dims])}  # GB/s\n"
+        f"latency: {row([repr(d.latency_ns) for d in dims])}  # ns\n"
+    )
+
+
 def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:
     """The dimensions of a network.yml, checked as ASTRA-sim checks them."""
     node, data = parse_yaml(text, source)

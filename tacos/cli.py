@@ -25,13 +25,16 @@ from tacos.importers.base import TopologyImport
 from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
 from tacos.registry import (
+    analytical_network_file,
     checkers,
     import_schedule,
     import_topology,
     load_topology,
+    read_workload,
     reads_topology,
     schedule_format_of,
     schedule_formats,
+    workload_writers,
     writers,
 )
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
@@ -174,6 +177,8 @@ def export_main(argv: Sequence[str] | None = None) -> int:
     )
     for name, writer in writers().items():
         writer.add_arguments(parser.add_argument_group(f"{name} format"))
+    for name, workload_writer in workload_writers().items():
+        workload_writer.add_arguments(parser.add_argument_group(f"{name} workloads"))
     parser.set_defaults(handler=_cmd_export)
     return _run(parser, argv)
 
@@ -259,11 +264,12 @@ def _input_paths(args: argparse.Namespace) -> list[Path]:
     named = [
         getattr(args, name, None) for name in ("topology", "schedule", "groups", "file", "spec")
     ]
+    named.append(getattr(args, "comm_groups", None))
     source = getattr(args, "import_from", None)
-    if source:
-        prefix = Path(source[1])
-        named.append(prefix)
-        named.extend(prefix.parent.glob(f"{prefix.name}.*.et"))
+    for prefix in (source[1] if source else None, getattr(args, "workload", None)):
+        if prefix:
+            named.append(Path(prefix))
+            named.extend(Path(prefix).parent.glob(f"{Path(prefix).name}.*.et"))
     return [Path(p) for p in named if p and Path(p).is_file()]
 
 
@@ -283,7 +289,11 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
     )
     parser.add_argument("--chunk-size", default="1MiB", help="bytes per chunk: 4096, 512KiB, 1MiB")
     parser.add_argument(
-        "--chunks-per-npu", type=int, default=1, help="chunks each NPU's data splits into"
+        "--chunks-per-npu",
+        type=int,
+        default=None,
+        help="chunks each NPU's data splits into (default 1; for --workload, chosen per "
+        "collective)",
     )
     parser.add_argument(
         "--bandwidth",
@@ -353,6 +363,7 @@ def _problem(args: argparse.Namespace) -> tuple[Topology, list[Collective]]:
     groups = (
         parse_groups(args.groups) if args.groups else [[topology.label(n) for n in topology.npus]]
     )
+    chunks_per_npu = 1 if args.chunks_per_npu is None else args.chunks_per_npu
     collectives = []
     for group in groups:
         ranks = to_current_ids(topology, group, "--groups")
@@ -362,7 +373,7 @@ def _problem(args: argparse.Namespace) -> tuple[Topology, list[Collective]]:
             if kind.rooted and len(groups) > 1 and root not in ranks:
                 root = None  # each tenant's root defaults to its first NPU
         collectives.append(
-            Collective(kind, tuple(ranks), args.chunks_per_npu, parse_size(args.chunk_size), root)
+            Collective(kind, tuple(ranks), chunks_per_npu, parse_size(args.chunk_size), root)
         )
     return topology, collectives
 
@@ -616,6 +627,8 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    if args.workload:
+        return _export_workload(args)
     writer = writers()[args.format]
     options = writer.options_from_args(args)
     writer.check_target(args.output, options)
@@ -636,6 +649,40 @@ def _cmd_export(args: argparse.Namespace) -> int:
         f"{result.ranks} ranks{nodes}, {len(schedule.transfers)} transfers, "
         f"predicted collective time {schedule.collective_time_us:.6g} us"
         + (f", synthesized in {seconds:.3f} s" if seconds else "")
+    )
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+WORKLOAD_CONFLICTS = ("schedule", "import_from", "collective", "groups", "fail_npus",
+                      "fail_links", "root")  # fmt: skip
+"""Options that say which collective to export, which a workload says itself."""
+
+
+def _export_workload(args: argparse.Namespace) -> int:
+    """``tacos-export --workload PREFIX --topology NET``: a whole workload as a bundle."""
+    writer = workload_writers().get(args.format)
+    if writer is None:
+        known = ", ".join(sorted(workload_writers()))
+        raise TacosError(
+            f"--workload writes a bundle of format {known}; drop --format {args.format}"
+        )
+    given = [f"--{name.replace('_', '-')}" for name in WORKLOAD_CONFLICTS if getattr(args, name)]
+    if given:
+        raise TacosError(f"--workload exports the workload's own collectives; drop {given[0]}")
+    if not args.topology:
+        raise TacosError("--workload needs --topology NET: the network the workload runs on")
+    options = writer.options_from_args(args)
+    writer.check_target(args.output, options)
+    topology = load_topology(args.topology, bandwidth_GBps=args.bandwidth, latency_us=args.latency)
+    network = analytical_network_file(args.topology)
+    workload = read_workload(args.workload, topology.num_npus, options.comm_groups)
+    started = time.perf_counter()
+    result, plan = writer.export(workload, topology, args.output, options, network)
+    print(
+        f"wrote {len(result.files)} file(s) to {args.output} (ASTRA-sim workload bundle): "
+        f"{plan.summary()}, synthesized in {time.perf_counter() - started:.3f} s"
     )
     for note in result.notes:
         print(f"  note: {note}")

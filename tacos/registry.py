@@ -19,10 +19,14 @@ from tacos.errors import TacosError
 from tacos.exporters import chakra as chakra_writer
 from tacos.exporters import ir_json
 from tacos.exporters import msccl as msccl_writer
+from tacos.exporters import workload as workload_writer
 from tacos.exporters.base import Writer
+from tacos.exporters.workload import WorkloadWriter
+from tacos.formats.astrasim import AnalyticalNetwork, parse_network
 from tacos.importers import astrasim, htsim, ns3
 from tacos.importers import chakra as chakra_reader
 from tacos.importers import msccl as msccl_reader
+from tacos.importers import workload as workload_reader
 from tacos.importers.base import Checker, ScheduleReader, TopologyImport, TopologyReader
 from tacos.schedule import Schedule
 from tacos.topology import (
@@ -42,6 +46,7 @@ class Format:
     ``suffixes`` are the file suffixes that name it (lower case). ``writer`` and
     ``checker`` are generic in their options dataclass, which differs per
     format, hence ``Any`` here; each module builds its own with matching types.
+    ``workload_writer`` turns a whole training workload of the format into a bundle.
     """
 
     name: str
@@ -50,6 +55,7 @@ class Format:
     schedule_reader: ScheduleReader | None = None
     checker: Checker[Any] | None = None
     writer: Writer[Any] | None = None
+    workload_writer: WorkloadWriter | None = None
 
 
 FORMATS: tuple[Format, ...] = (
@@ -59,6 +65,7 @@ FORMATS: tuple[Format, ...] = (
         (".et",),
         schedule_reader=chakra_reader.import_schedule,
         writer=chakra_writer.WRITER,
+        workload_writer=workload_writer.WRITER,
     ),
     Format(
         msccl_writer.FORMAT_NAME,
@@ -79,6 +86,11 @@ _BY_SUFFIX = {suffix: entry for entry in FORMATS for suffix in entry.suffixes}
 def writers() -> dict[str, Writer[Any]]:
     """Format name -> writer, for ``tacos-export --format``."""
     return {f.name: f.writer for f in FORMATS if f.writer is not None}
+
+
+def workload_writers() -> dict[str, WorkloadWriter]:
+    """Format name -> the writer of whole workloads (``tacos-export --workload``)."""
+    return {f.name: f.workload_writer for f in FORMATS if f.workload_writer is not None}
 
 
 def schedule_formats() -> list[str]:
@@ -141,6 +153,19 @@ def load_topology(
     return load_generated_or_tacos_topology(
         spec_or_path, bandwidth_GBps=bandwidth_GBps, latency_us=latency_us
     )
+
+
+def analytical_network_file(path: str | Path) -> list[AnalyticalNetwork] | None:
+    """The dimensions of an ASTRA-sim network file (None for anything else): what a
+    topology built from it no longer says, such as which dimension is which."""
+    entry = _BY_SUFFIX.get(Path(path).suffix.lower())
+    if entry is None or entry.topology_reader is not astrasim.read_network:
+        return None
+    return parse_network(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+# ---------------------------------------------------------------- workloads
+read_workload = workload_reader.read_workload
 
 
 # ---------------------------------------------------------------- schedules

@@ -175,6 +175,25 @@ class Topology:
         )
         return Topology(self.num_npus, reversed_links, self.num_switches, self.name + "^T")
 
+    def members_only(self, members: Sequence[int]) -> Topology:
+        """The network as a collective of ``members`` alone sees it: ``members[i]`` is NPU
+        ``i``, and every other NPU only forwards (a switch, after the existing ones).
+
+        A simulator such as ASTRA-sim routes a message between two members through the
+        others' links without running anything on them, which is what a switch is here;
+        the original ids stay available through :meth:`label`.
+        """
+        chosen = set(members)
+        order = [*members, *(n for n in range(self.num_nodes) if n not in chosen)]
+        new_id = {old: new for new, old in enumerate(order)}
+        links = tuple(
+            Link(new_id[link.src], new_id[link.dst], link.bandwidth_GBps, link.latency_us)
+            for link in self.links
+        )
+        original = tuple(self.label(n) for n in order)
+        name = f"{self.name} for NPUs {list(members)}"
+        return Topology(len(members), links, self.num_nodes - len(members), name, original)
+
     def describe(self) -> str:
         kinds = f"{self.num_npus} NPUs"
         if self.num_switches:
