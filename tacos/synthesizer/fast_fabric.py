@@ -135,10 +135,10 @@ class _Dags:
             edge_rows.extend(paths.edges_into)
             path_us.extend(paths.path_us)
         node_ptr, nodes = _csr(node_rows)
-        edge_ptr, edge_links = _csr([[link for link, _ in row] for row in edge_rows])
-        edge_preds = np.fromiter(
-            (pred for row in edge_rows for _, pred in row), np.int64, len(edge_links)
-        )
+        edge_ptr = np.zeros(len(edge_rows) + 1, np.int64)
+        np.cumsum([len(row) for row in edge_rows], out=edge_ptr[1:])
+        pairs = np.asarray([pair for row in edge_rows for pair in row], np.int64).reshape(-1, 2)
+        edge_links, edge_preds = pairs[:, 0].copy(), pairs[:, 1].copy()
         return (node_ptr, nodes, np.asarray(first_npu, np.int64), edge_ptr, edge_links,
                 edge_preds, np.asarray(path_us, np.float64))  # fmt: skip
 

@@ -47,8 +47,9 @@ def routes_from(
     if fabric is None:
         fabric = Fabric(topology, times)
     table: list[list[Route]] = [[] for _ in range(topology.num_nodes)]
+    static_paths: dict[int, list[tuple[int, ...]]] = {}
     for u in topology.npus:
-        fastest: dict[int, tuple[int, int, ShortestPaths, int]] = {}
+        fastest: dict[int, tuple[int, int, int, int]] = {}
         for link_id in topology.out_links[u]:
             v = topology.links[link_id].dst
             if not topology.is_switch(v):
@@ -59,9 +60,11 @@ def routes_from(
             for i in range(dag.first_npu, len(dag.nodes)):
                 npu, length_ps = dag.nodes[i], first_ps + dag.length_ps[i]
                 if npu != u and (npu not in fastest or length_ps < fastest[npu][0]):
-                    fastest[npu] = (length_ps, link_id, dag, i)
-        for npu, (_, link_id, dag, i) in fastest.items():
-            table[u].append(Route(u, npu, (link_id, *dag.static_path(i))))
+                    fastest[npu] = (length_ps, link_id, v, i)
+        for npu, (_, link_id, switch, i) in fastest.items():
+            if switch not in static_paths:
+                static_paths[switch] = fabric.paths_from(switch).static_paths()
+            table[u].append(Route(u, npu, (link_id, *static_paths[switch][i])))
         table[u].sort(key=lambda r: (r.links[0], r.dst))
     return table
 
@@ -85,13 +88,13 @@ class ShortestPaths:
     length_ps: tuple[int, ...]
     first_npu: int  # position of the first NPU in ``nodes``
 
-    def static_path(self, i: int) -> tuple[int, ...]:
-        """The links of the shortest path to ``nodes[i]`` through the lowest link ids."""
-        links = []
-        while i:
-            link_id, i = self.edges_into[i][0]
-            links.append(link_id)
-        return tuple(reversed(links))
+    def static_paths(self) -> list[tuple[int, ...]]:
+        """Per node, the links of the shortest path to it through the lowest link ids."""
+        paths: list[tuple[int, ...]] = [()]
+        for edges in self.edges_into[1:]:
+            link_id, pred = edges[0]
+            paths.append((*paths[pred], link_id))
+        return paths
 
 
 class Fabric:
