@@ -70,6 +70,8 @@ def fast_unsupported(
     """Why the fast engine cannot synthesize this problem, or None when it can."""
     if topology.num_switches:
         return "the topology has switches"
+    if not topology.cost.is_default:
+        return f"it models the paper's links and free reductions, not {topology.cost.describe()}"
     if len(collectives) != 1:
         return "several tenants share the links"
     (spec,) = collectives
