@@ -37,6 +37,8 @@ from tacos.limits import MAX_LINKS, MAX_NODES, check_count
 from tacos.yamlfile import parse_yaml
 
 KINDS = ("Ring", "FullyConnected", "Switch")
+ASTRA_SIM_STRUCTURE = "astra-sim"
+"""``Topology.structure.kind`` of a network read from several ASTRA-sim dimensions."""
 KEYS = ("topology", "npus_count", "bandwidth", "latency")
 
 
@@ -50,12 +52,52 @@ class AnalyticalNetwork:
     latency_ns: float
 
     def to_yaml(self) -> str:
-        return (
-            f"topology: [ {self.kind} ]\n"
-            f"npus_count: [ {self.npus} ]\n"
-            f"bandwidth: [ {self.bandwidth_GBps!r} ]  # GB/s\n"
-            f"latency: [ {self.latency_ns!r} ]  # ns\n"
-        )
+        return network_yaml([self])
+
+
+def network_yaml(dims: Sequence[AnalyticalNetwork]) -> str:
+    """A network.yml of these dimensions (dimension 0 first, as ASTRA-sim lists them)."""
+
+    def row(values: Sequence[object]) -> str:
+        return "[ " + ", ".join(map(str, values)) + " ]"
+
+    return (
+        f"topology: {row([d.kind for d in dims])}\n"
+        f"npus_count: {row([d.npus for d in dims])}\n"
+        f"bandwidth: {row([repr(d.bandwidth_GBps) for d in dims])}  # GB/s\n"
+        f"latency: {row([repr(d.latency_ns) for d in dims])}  # ns\n"
+    )
+
+
+def dimension_pairs(kinds: Sequence[str], sizes: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """Per dimension, the directed (src, dst) node pairs its links join, in ASTRA-sim's numbering.
+
+    NPUs first (dimension 0 fastest), then one switch per group of each Switch
+    dimension, dimension by dimension, groups in the order of their first NPU.
+    Each cable is listed as its two directions one after the other.
+    """
+    total = math.prod(sizes)
+    switch = total
+    pairs: list[list[tuple[int, int]]] = []
+    for d, (kind, size) in enumerate(zip(kinds, sizes, strict=True)):
+        stride = math.prod(sizes[:d])
+        mine: list[tuple[int, int]] = []
+        for first in range(total):
+            if (first // stride) % size:
+                continue  # not the first NPU of its group in this dimension
+            group = [first + k * stride for k in range(size)]
+            if kind == "Switch":
+                for npu in group:
+                    mine += [(npu, switch), (switch, npu)]
+                switch += 1
+            elif kind == "Ring":
+                for k in range(size if size > 2 else 1):
+                    a, b = group[k], group[(k + 1) % size]
+                    mine += [(a, b), (b, a)]
+            else:
+                mine += [(a, b) for a in group for b in group if a != b]
+        pairs.append(mine)
+    return pairs
 
 
 def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:

@@ -12,9 +12,14 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tacos.formats.astrasim import AnalyticalNetwork, parse_network
-from tacos.importers.base import TopologyImport, cable
-from tacos.topology import Link, Topology
+from tacos.formats.astrasim import (
+    ASTRA_SIM_STRUCTURE,
+    AnalyticalNetwork,
+    dimension_pairs,
+    parse_network,
+)
+from tacos.importers.base import TopologyImport
+from tacos.topology import Link, Structure, Topology
 
 FORMAT_NAME = "ASTRA-sim analytical network"
 
@@ -36,33 +41,19 @@ def read_network(text: str, source: str) -> TopologyImport:
 
 
 def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topology:
-    """NPUs numbered as ASTRA-sim numbers them, then one switch per Switch group."""
+    """NPUs numbered as ASTRA-sim numbers them, then one switch per Switch group.
+
+    A network of several dimensions records their sizes (``structure``), so the
+    bundle writer can give ASTRA-sim the same network back.
+    """
     sizes = [dim.npus for dim in dims]
+    per_dim = dimension_pairs([dim.kind for dim in dims], sizes)
+    links = [
+        Link(a, b, dim.bandwidth_GBps, dim.latency_ns / 1000.0)
+        for dim, pairs in zip(dims, per_dim, strict=True)
+        for a, b in pairs
+    ]
     total = math.prod(sizes)
-    links: list[Link] = []
-    switch = total
-    for d, dim in enumerate(dims):
-        stride = math.prod(sizes[:d])
-        latency_us = dim.latency_ns / 1000.0
-        for first in range(total):
-            if (first // stride) % dim.npus:
-                continue  # not the first NPU of its group in this dimension
-            group = [first + k * stride for k in range(dim.npus)]
-            if dim.kind == "Switch":
-                for npu in group:
-                    links += cable(npu, switch, dim.bandwidth_GBps, latency_us)
-                switch += 1
-            elif dim.kind == "Ring":
-                neighbours = range(dim.npus if dim.npus > 2 else 1)
-                for k in neighbours:
-                    links += cable(
-                        group[k], group[(k + 1) % dim.npus], dim.bandwidth_GBps, latency_us
-                    )
-            else:
-                links += [
-                    Link(a, b, dim.bandwidth_GBps, latency_us)
-                    for a in group
-                    for b in group
-                    if a != b
-                ]
-    return Topology(total, tuple(links), switch - total, name)
+    switches = max((max(pair) for pairs in per_dim for pair in pairs), default=0) + 1 - total
+    structure = Structure(ASTRA_SIM_STRUCTURE, tuple(sizes)) if len(dims) > 1 else None
+    return Topology(total, tuple(links), max(switches, 0), name, structure=structure)
