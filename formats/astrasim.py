@@ -18,9 +18,20 @@ congestion-unaware ``MultiDimTopology``):
   order of their first NPU; for one dimension that is ASTRA-sim's own switch id.
 
 :func:`parse_network` reads a file into :class:`AnalyticalNetwork` dimensions
-(checked as ASTRA-sim checks them) and :meth:`AnalyticalNetwork.to_yaml` writes
-one; the topology reader (:mod:`tacos.importers.astrasim`) and the bundle writer
+(checked as ASTRA-sim checks them) and :func:`network_yaml` writes one; the
+topology reader (:mod:`tacos.importers.astrasim`) and the bundle writer
 (:mod:`tacos.exporters.astra_config`) build on both.
+
+ASTRA-sim also reads JSON files, and users hand them over as networks:
+
+* ASTRA-sim 1.0's analytical network (``topologies-per-dim``, ``units-count``,
+  ``links-count``, ``link-bandwidth`` in GB/s, ``link-latency`` in ns, per
+  dimension) describes the same dimensions: :func:`parse_v1_network` reads it.
+  ``links-count`` per NPU beyond a dimension's own (Ring 2, also for two NPUs;
+  FullyConnected n - 1; Switch 1) is parallel links, whose bandwidth adds up.
+* The ns-3 frontend's ``logical-dims`` (or ``physical-dims``), the system
+  configuration and the remote-memory configuration describe no links:
+  :func:`json_config_kind` names them, for an error saying which file to give.
 """
 
 from __future__ import annotations
@@ -183,3 +194,81 @@ def _number(value: Any, where: str, *, whole: bool = False) -> float:
     if whole and not number.is_integer():
         raise TacosError(f"{where}: {describe(value)} is not a whole number")
     return number
+
+
+V1_KEYS = ("topologies-per-dim", "units-count", "links-count", "link-bandwidth", "link-latency")
+"""The keys of an ASTRA-sim 1.0 analytical network JSON that define its links."""
+_NOT_NETWORKS = (
+    (
+        ("logical-dims", "physical-dims"),
+        "an ASTRA-sim ns-3 frontend configuration (its dims group NPUs; the links are "
+        "elsewhere); give the ns-3 topology file its network config names (.txt)",
+    ),
+    (
+        ("scheduling-policy", "all-reduce-implementation", "preferred-dataset-splits"),
+        "an ASTRA-sim system configuration; give the network configuration (network .yml)",
+    ),
+    (
+        ("memory-type",),
+        "an ASTRA-sim remote memory configuration; give the network configuration (network .yml)",
+    ),
+)
+
+
+def json_config_kind(data: Any) -> str | None:
+    """What an ASTRA-sim JSON that describes no network is, and which file to give instead."""
+    if isinstance(data, dict):
+        for keys, what in _NOT_NETWORKS:
+            if any(key in data for key in keys):
+                return what
+    return None
+
+
+def is_v1_network(data: Any) -> bool:
+    return isinstance(data, dict) and "topologies-per-dim" in data
+
+
+def parse_v1_network(data: dict[str, Any], source: str) -> list[AnalyticalNetwork]:
+    """The dimensions of an ASTRA-sim 1.0 analytical network JSON."""
+    for key in V1_KEYS:
+        if not isinstance(data.get(key), list):
+            raise TacosError(
+                f"{source}: {key!r} must be a list with one entry per dimension (an ASTRA-sim "
+                f"1.0 network lists {', '.join(V1_KEYS)})"
+            )
+    count = len(data["topologies-per-dim"])
+    declared = data.get("dimensions-count", count)
+    for key in (*V1_KEYS[1:], "dimensions-count"):
+        length = declared if key == "dimensions-count" else len(data[key])
+        if length != count:
+            raise TacosError(
+                f"{source}: {key!r} gives {length} dimensions but 'topologies-per-dim' has "
+                f"{count}; give one entry per dimension"
+            )
+    if count == 0:
+        raise TacosError(f"{source}: 'topologies-per-dim' is empty")
+    dims = []
+    for d in range(count):
+        kind = data["topologies-per-dim"][d]
+        if kind not in KINDS:
+            raise TacosError(
+                f"{source}: topologies-per-dim[{d}]: unknown topology {describe(kind)}; "
+                f"use one of {', '.join(KINDS)}"
+            )
+        npus = int(_number(data["units-count"][d], f"{source}: units-count[{d}]", whole=True))
+        links = _number(data["links-count"][d], f"{source}: links-count[{d}]", whole=True)
+        own = {"Ring": 2, "Switch": 1}.get(kind, npus - 1)  # 1.0's rings count 2 per NPU
+        if npus < 2 or links < own or links % own:
+            raise TacosError(
+                f"{source}: links-count[{d}]: {links:g} links per NPU; a {kind} of {npus} NPUs "
+                f"needs a multiple of {own} (and at least 2 NPUs)"
+            )
+        bandwidth = _number(data["link-bandwidth"][d], f"{source}: link-bandwidth[{d}]")
+        latency = _number(data["link-latency"][d], f"{source}: link-latency[{d}]")
+        if not (math.isfinite(bandwidth) and bandwidth > 0):
+            raise TacosError(f"{source}: link-bandwidth[{d}]: {bandwidth} GB/s must be positive")
+        if not (math.isfinite(latency) and latency >= 0):
+            raise TacosError(f"{source}: link-latency[{d}]: {latency} ns must be >= 0")
+        dims.append(AnalyticalNetwork(kind, npus, bandwidth * links / own, latency))
+    _check_size(dims, source)
+    return dims

@@ -12,21 +12,58 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from tacos.errors import TacosError
 from tacos.formats.astrasim import (
     ASTRA_SIM_STRUCTURE,
     AnalyticalNetwork,
     dimension_pairs,
+    is_v1_network,
+    json_config_kind,
     parse_network,
+    parse_v1_network,
 )
 from tacos.importers.base import TopologyImport
-from tacos.topology import Link, Structure, Topology
+from tacos.jsonfile import parse_json
+from tacos.schedule import SCHEDULE_FORMAT
+from tacos.topology import Link, Structure, Topology, read_json
 
 FORMAT_NAME = "ASTRA-sim analytical network"
+V1_FORMAT_NAME = "ASTRA-sim 1.0 analytical network (JSON)"
 
 
 def read_network(text: str, source: str) -> TopologyImport:
     """The topology a network.yml describes; errors name the file, line and key."""
     dims = parse_network(text, source)
+    return TopologyImport(
+        build_topology(dims, Path(source).stem), FORMAT_NAME, notes=tuple(_describe(dims))
+    )
+
+
+def read_json_network(text: str, source: str) -> TopologyImport:
+    """A JSON network: ASTRA-sim 1.0's analytical network, or tacos's own topology JSON.
+
+    Other ASTRA-sim JSON files (ns-3 ``logical-dims``, system, remote memory)
+    describe no links: the error says what the file is and which to give.
+    """
+    data = parse_json(text, source)
+    if isinstance(data, dict) and data.get("format") == SCHEDULE_FORMAT:
+        raise TacosError(
+            f"{source}: this is a tacos schedule, not a topology; tacos verify, tacos simulate "
+            "and tacos-export --schedule read it"
+        )
+    other = json_config_kind(data)
+    if other is not None:
+        raise TacosError(f"{source}: this is {other}")
+    if is_v1_network(data):
+        dims = parse_v1_network(data, source)
+        notes = tuple(_describe(dims)) + (
+            "ASTRA-sim 1.0 format: nic-, router- and hbm- settings are not modelled",
+        )
+        return TopologyImport(build_topology(dims, Path(source).stem), V1_FORMAT_NAME, notes=notes)
+    return TopologyImport(read_json(text, source), "tacos topology")
+
+
+def _describe(dims: Sequence[AnalyticalNetwork]) -> list[str]:
     notes = [
         f"dimension {d}: {dim.kind} of {dim.npus} NPUs, {dim.bandwidth_GBps:g} GB/s, "
         f"{dim.latency_ns:g} ns"
@@ -37,7 +74,7 @@ def read_network(text: str, source: str) -> TopologyImport:
             "ASTRA-sim's congestion-aware backend runs one dimension only; "
             "use its congestion-unaware backend for this network"
         )
-    return TopologyImport(build_topology(dims, Path(source).stem), FORMAT_NAME, notes=tuple(notes))
+    return notes
 
 
 def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topology:

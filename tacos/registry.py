@@ -69,6 +69,7 @@ FORMATS: tuple[Format, ...] = (
         writer=msccl_writer.WRITER,
     ),
     Format("astra-sim", (".yml", ".yaml"), topology_reader=astrasim.read_network),
+    Format("astra-sim-json", (".json",), topology_reader=astrasim.read_json_network),
     Format("ns-3", (".txt",), topology_reader=ns3.read_topology),
     Format("htsim", (".topo",), topology_reader=htsim.read_topology),
 )
