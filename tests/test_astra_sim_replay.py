@@ -18,11 +18,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from paths import ASTRA_SIM_TOOL_DIR
+from paths import ASTRA_SIM_MASTER_DIR, ASTRA_SIM_TOOL_DIR, REFERENCE_DIR
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.exporters import chakra
+from tacos.linkmodel import CostModel
 
 BINARY = os.environ.get("ASTRA_SIM_BIN") or str(
     ASTRA_SIM_TOOL_DIR / "bin" / "AstraSim_Analytical_Congestion_Aware"
@@ -132,3 +133,74 @@ def test_one_port_schedules_replay_as_synthesized_on_both_routes(tmp_path, spec,
     assert max(finish.values()) == pytest.approx(simulated_ns, rel=0.06)
     if not spec.startswith("switch"):  # direct links replay to the nanosecond
         assert max(finish.values()) == pytest.approx(simulated_ns, abs=10)
+
+
+AWARE = "bin/AstraSim_Analytical_Congestion_Aware"
+BUILDS = {
+    name: str(folder / AWARE)
+    for name, folder in (("c459ab6", ASTRA_SIM_TOOL_DIR), ("master", ASTRA_SIM_MASTER_DIR))
+    if (folder / AWARE).exists()
+}
+"""The prebuilt ASTRA-sim builds present (run.sh picks Congestion_Unaware beside them)."""
+HGX = REFERENCE_DIR / "astra-sim/network/analytical/HGX-H100-validated.yml"
+TPU_TORUS = Path(__file__).parent / "data/astra-sim/network/tpu_v3_32_2dtorus.yml"
+
+
+def replay_on(build: str, bundle: Path, *route: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bundle / "run.sh"), *route],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ASTRA_SIM_BIN": BUILDS[build]},
+        timeout=300,
+        check=False,
+    )
+
+
+def slowest_ns(result: subprocess.CompletedProcess[str]) -> int:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return max(int(t) for _, t in FINISHED.findall(result.stdout))
+
+
+def exported(tmp_path: Path, topology: tacos.Topology, kind: CollectiveKind) -> tuple[Path, float]:
+    schedule = tacos.synthesize(topology, Collective(kind, tuple(topology.npus), 1, 2**20), seed=1)
+    chakra.export([schedule], tmp_path / "bundle")
+    return tmp_path / "bundle", tacos.simulate(schedule).collective_time_us * 1000
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("kind", CORE)
+@pytest.mark.parametrize("network", ["switch:8", "HGX-H100-validated"])
+def test_switch_networks_replay_within_2_percent_on_pipelined_links(tmp_path, network, kind, build):
+    if network.startswith("HGX") and not HGX.exists():
+        pytest.skip("reference files absent")
+    topology = tacos.load_topology(str(HGX) if network.startswith("HGX") else network)
+    bundle, predicted_ns = exported(tmp_path, topology.with_cost(CostModel("pipelined")), kind)
+    assert slowest_ns(replay_on(build, bundle)) == pytest.approx(predicted_ns, rel=0.02)
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("network", ["torus2d:3x5", "hypercube:3", "tpu_v3_32_2dtorus"])
+def test_multi_dimensional_networks_run_on_congestion_unaware(tmp_path, network, build):
+    path = TPU_TORUS if network.startswith("tpu") else None
+    topology = tacos.load_topology(str(path) if path else network)
+    bundle, predicted_ns = exported(tmp_path, topology, CollectiveKind.ALL_REDUCE)
+    assert "npus_count: [ " in (bundle / "network.yml").read_text()
+    assert ", " in (bundle / "network.yml").read_text().splitlines()[1]  # several dimensions
+    assert slowest_ns(replay_on(build, bundle)) == pytest.approx(predicted_ns, rel=0.02)
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_reduce_scatter_runs_as_synthesized_on_every_build(tmp_path, build):
+    bundle, predicted_ns = exported(
+        tmp_path, tacos.from_spec("ring:8"), CollectiveKind.REDUCE_SCATTER
+    )
+    system = json.loads((bundle / "system.json").read_text())
+    # listing a native reduce-scatter would let c459ab6 run it instead of ours, silently
+    assert "reduce-scatter-implementation" not in system
+    assert system["reduce-scatter-implementation-custom"] == ["et/tacos"]
+    result = replay_on(build, bundle)
+    assert slowest_ns(result) == pytest.approx(predicted_ns, rel=0.02)
+    fell_back = "rerunning the traces on the all-reduce key" in result.stderr
+    assert fell_back is (build == "c459ab6")
+    assert slowest_ns(replay_on(build, bundle, "carrier")) == pytest.approx(predicted_ns, rel=0.02)

@@ -6,6 +6,7 @@ numbers the link model gives.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ from paths import REFERENCE_DIR
 from test_astra_sim_replay import BINARY, run_bundle
 
 import tacos
+from tacos.cli import EXIT_CANNOT_TELL, main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import chakra as chakra_export
@@ -29,7 +31,7 @@ from tacos.formats.chakra import (
     write_et,
 )
 from tacos.importers.chakra import import_schedule, prefix_of
-from tacos.linkmodel import CostChoice
+from tacos.linkmodel import CostChoice, CostModel
 from tacos.schedule import Op
 from tacos.topology import Link, Topology
 
@@ -422,3 +424,55 @@ def test_imported_times_follow_the_given_links(tmp_path):
     schedule = import_schedule(write_set(tmp_path, "allgather", traces), topology=slow)
     per_message = 10.0 + 4096 / 2**30 * 1e6
     assert [(t.start, t.end) for t in schedule.transfers] == [(0.0, per_message)] * 2
+
+
+CONVERTER_DIR = Path(__file__).parent / "data" / "astra-sim" / "converter"
+"""Real output of ASTRA-sim's collectiveapi MSCCL-to-Chakra converter (see tests/data)."""
+
+
+def test_converter_all_pairs_all_gather_verifies_once_a_ranks_own_sends_are_one_chunk():
+    schedule = import_schedule(CONVERTER_DIR / "ag_allpairs_8_LL128")
+    assert schedule.collective.num_chunks == 8  # one per rank, sent to each of 7 peers
+    assert tacos.verify(schedule).ok
+    assert "the k-th to each peer is taken as one chunk" in schedule.meta["lineage_guesses"][0]
+
+
+def test_converter_recursive_doubling_sends_messages_of_1_2_and_4_chunks():
+    schedule = import_schedule(CONVERTER_DIR / "ag_recdbl_8")
+    assert schedule.collective.chunk_bytes == 2**20 and schedule.collective.num_chunks == 8
+    assert len(schedule.transfers) == 8 * (1 + 2 + 4)
+    assert tacos.verify(schedule).ok
+
+
+def test_converter_traces_without_reductions_cannot_tell_an_all_reduce(capsys):
+    prefix = CONVERTER_DIR / "ar_1step_4_LL"  # the converter drops local "re" reductions
+    code = main(["verify", "--format", "chakra", str(prefix), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == EXIT_CANNOT_TELL == 3
+    assert data["verdict"] == "cannot tell" and not data["verified"]
+    assert main(["verify", "--format", "chakra", str(prefix)]) == 3
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "CANNOT TELL" in out and "records no reduction" in out
+
+
+def test_traces_labelled_with_their_chunks_still_fail_plainly(tmp_path, capsys):
+    topology = tacos.from_spec("ring:4")
+    schedule = tacos.synthesize(topology, Collective(CollectiveKind.ALL_GATHER, (0, 1, 2, 3)))
+    chakra_export.export([schedule], tmp_path / "b")
+    code = main(["verify", "--format", "chakra", str(tmp_path / "b/et/tacos"),
+                 "--collective", "reduce-scatter"])  # fmt: skip
+    assert code == 1 and "FAILED" in capsys.readouterr().out
+
+
+def test_reductions_are_written_as_compute_nodes_of_whole_microseconds(tmp_path):
+    topology = tacos.from_spec("ring:4").with_cost(CostModel("paper", 100.0))
+    schedule = tacos.synthesize(topology, Collective(CollectiveKind.ALL_REDUCE, (0, 1, 2, 3)))
+    chakra_export.export([schedule], tmp_path / "b")
+    _, nodes = read_et(tmp_path / "b" / "et" / "tacos.0.et")
+    durations = {n.duration_micros for n in nodes if n.type == NodeType.COMP_NODE}
+    assert durations == {round(2**20 / (100 * 2**30) * 1e6)} == {10}  # 9.77 us, rounded
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    traced = tacos.simulate(schedule, cost=CostModel("paper", 2**20 / 10e-6 / 2**30))
+    assert manifest["predicted_time_ns"]["custom"] == traced.collective_time_us * 1000
+    back = import_schedule(tmp_path / "b" / "et" / "tacos", topology=tacos.from_spec("ring:4"))
+    assert back.topology.cost.reduce_us(2**20) == pytest.approx(10.0)
