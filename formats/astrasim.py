@@ -256,12 +256,16 @@ def parse_v1_network(data: dict[str, Any], source: str) -> list[AnalyticalNetwor
                 f"use one of {', '.join(KINDS)}"
             )
         npus = int(_number(data["units-count"][d], f"{source}: units-count[{d}]", whole=True))
+        if npus < 2:
+            raise TacosError(
+                f"{source}: units-count[{d}]: {npus} NPUs; a dimension needs 2 or more"
+            )
         links = _number(data["links-count"][d], f"{source}: links-count[{d}]", whole=True)
         own = {"Ring": 2, "Switch": 1}.get(kind, npus - 1)  # 1.0's rings count 2 per NPU
-        if npus < 2 or links < own or links % own:
+        if links < own or links % own:
             raise TacosError(
                 f"{source}: links-count[{d}]: {links:g} links per NPU; a {kind} of {npus} NPUs "
-                f"needs a multiple of {own} (and at least 2 NPUs)"
+                f"has a multiple of {own}"
             )
         bandwidth = _number(data["link-bandwidth"][d], f"{source}: link-bandwidth[{d}]")
         latency = _number(data["link-latency"][d], f"{source}: link-latency[{d}]")

@@ -18,21 +18,33 @@ can check. Traces carry no data, so what each message moves is recovered:
   the same rank only orders that send (our exporter writes such markers for
   sends through switches) and carries no data.
 
-Limits of lineage: a fresh send always starts a new chunk. A rank that sends
-its own chunk fresh over several links (TACOS schedules do) seems to send
-several chunks, and contributions to one chunk sent fresh by several ranks join
-only where they meet in one reduction or one send. Such traces import but need
-not verify; ours carry ``tacos_chunk``. Inferred chunks are numbered by where
-they start (All-Gather, All-Reduce, Gather), where they end (Reduce-Scatter,
-Scatter) or both (All-to-All), in the order their first sends appear, which is
-the collective's own numbering up to a permutation within each rank's chunks.
+Messages of several sizes move several chunks each, of the sizes' greatest
+common divisor (ASTRA-sim's converter writes such messages for recursive
+doubling and hierarchical algorithms); a send carries, unit by unit, the data
+of its own size it depends on, or what it received followed by its rank's own.
 
-Timing comes from our link model, not from ASTRA-sim: the traces are replayed
-with every ``data_deps`` edge honoured (ASTRA-sim ignores ``ctrl_deps``), each
-message crossing the topology's direct link between its ranks (or its route
-through switches) when the link is free, in the order messages become ready. A
-send completes when its message arrives; COMP nodes take no time (the Schedule
-has no compute), so a trace with long reductions finishes later in ASTRA-sim.
+Limits of lineage: traces say where data goes, not which data. A rank that
+sends its own data in several messages sends one chunk to several peers or
+several chunks; a message of part of what it received carries an unknown part;
+a reducing collective whose traces hold no reduction combines received data
+in an unknown way. Those guesses are listed (``meta["lineage_guesses"]``), the
+readings are tried in turn and the first that verifies is kept, so a schedule
+that still fails to verify is one the traces cannot decide (``tacos verify``
+says "cannot tell"). Contributions to one chunk sent fresh by several ranks
+join only where they meet in one reduction or one send. Inferred chunks are
+numbered by where they start (All-Gather, All-Reduce, Gather), where they end
+(Reduce-Scatter, Scatter) or both (All-to-All), in the order their first sends
+appear, which is the collective's own numbering up to a permutation within each
+rank's chunks.
+
+Timing comes from the topology's cost model (:mod:`tacos.linkmodel`), not
+from ASTRA-sim: the traces are replayed with every ``data_deps`` edge honoured
+(c459ab6 ignores ``ctrl_deps``), each message crossing the topology's direct
+link between its ranks (or its route through switches) when the link is free,
+in the order messages become ready, to order the transfers; the transfers are
+then timed as ``tacos simulate`` times them. A reduction's COMP node sets the
+cost model's reduction bandwidth (its bytes over its ``duration_micros``, the
+most common value), unless the caller gives one.
 """
 
 from __future__ import annotations
