@@ -272,6 +272,11 @@ def plan_bundle(schedule: Schedule) -> BundlePlan:
             f"ASTRA-sim has no custom key for {kind}; run.sh defaults to the p2p route, and "
             f"'./run.sh custom' carries the traces on {custom_key}"
         )
+    if network is not None and len(network) > 1:
+        plan.notes.append(
+            f"network.yml has {len(network)} dimensions: run.sh runs "
+            "AstraSim_Analytical_Congestion_Unaware (Congestion_Aware runs one)"
+        )
     if network is None:
         plan.notes.append(
             "no ASTRA-sim analytical network matches this topology; "
@@ -318,9 +323,18 @@ if [ ! -f "$network" ]; then
   echo "run.sh: $network does not exist; set ASTRA_SIM_NETWORK to an ASTRA-sim network file" >&2
   exit 2
 fi
-# Congestion_Aware runs one dimension only; count them in the npus_count list.
-commas=$(grep -m1 -E '^[[:space:]]*npus_count[[:space:]]*:' "$network" | tr -cd ',' | wc -c)
-dims=$((commas + 1))
+# Congestion_Aware runs one dimension only; count them in the npus_count list
+# (flow style: [ 4, 8 ]; block style: one "- 4" line each).
+dims=$(awk '
+  /^[[:space:]]*npus_count[[:space:]]*:/ {{
+    listed = 1
+    if (index($0, "[")) {{ print split($0, items, ","); exit }}
+    next
+  }}
+  listed && /^[[:space:]]*-/ {{ count++; next }}
+  listed {{ exit }}
+  END {{ if (count) print count }}' "$network")
+dims=${{dims:-1}}
 bin="${{ASTRA_SIM_BIN:-AstraSim_Analytical_Congestion_Aware}}"
 if [ "$dims" -gt 1 ]; then
   case "$bin" in *Congestion_Aware) bin="${{bin%Congestion_Aware}}Congestion_Unaware" ;; esac
