@@ -64,7 +64,7 @@ def run(bundle: Path, route: str, binary: str) -> int | None:
 def binaries() -> dict[str, str]:
     """Build name -> Congestion_Aware binary (run.sh switches to Unaware when needed)."""
     if os.environ.get("ASTRA_SIM_BIN"):
-        return {"ASTRA_SIM_BIN": os.environ["ASTRA_SIM_BIN"]}
+        return {"yours": os.environ["ASTRA_SIM_BIN"]}
     aware = "bin/AstraSim_Analytical_Congestion_Aware"
     return {name: str(path / aware) for name, path in BUILDS.items() if (path / aware).exists()}
 

@@ -36,6 +36,7 @@ import heapq
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from tacos.errors import TacosError
 from tacos.linkmodel import CostModel
@@ -123,7 +124,6 @@ class _Replay:
         self.transfers = transfers
         self.topology = topology
         self.nbytes = chunk_bytes
-        self.reduce_us = topology.cost.reduce_us(chunk_bytes)
         count = len(transfers)
         # An NPU's link runs its transfers in the listed order (NPUs run programs), or
         # each stream's in that order; a switch's link serves whatever became ready
@@ -160,6 +160,12 @@ class _Replay:
         self.outstanding: defaultdict[int, int] = defaultdict(int)
         self.port_queue: defaultdict[int, list[int]] = defaultdict(list)
         self.message_end = {hops[-1]: hops[0] for hops in messages}  # last hop -> first hop
+
+    @cached_property
+    def reduce_us(self) -> float:
+        """Time to add a chunk in (asked for at the first reduction, so that spreads never
+        stumble on a reduce bandwidth they do not use)."""
+        return self.topology.reduce_time_us(self.nbytes)
 
     def run(self) -> SimulationResult:
         for i in range(len(self.transfers)):

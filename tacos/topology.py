@@ -184,6 +184,20 @@ class Topology:
             return arrival
         return [self.cost.busy_us(link, nbytes) for link in self.links]
 
+    def reduce_time_us(self, nbytes: int) -> float:
+        """How long an NPU takes to reduce ``nbytes`` into its own copy (0: free).
+
+        Refused, as link times are, when it would exceed any realistic time.
+        """
+        reduce_us = self.cost.reduce_us(nbytes)
+        if not reduce_us <= MAX_LINK_TIME_US:
+            raise TacosError(
+                f"topology {self.name!r}: reducing {nbytes} bytes at "
+                f"{self.cost.reduce_bandwidth_GBps:g} GB/s takes more than "
+                f"{MAX_LINK_TIME_US:g} us; use a realistic reduce bandwidth"
+            )
+        return reduce_us
+
     def with_cost(self, cost: CostModel) -> Topology:
         """The same network timed by ``cost``."""
         return replace(self, cost=cost)

@@ -117,6 +117,15 @@ def test_a_bad_reduce_bandwidth_is_a_one_line_error(value, capsys):
     assert code == 2 and f"reduce bandwidth {value}" in err and err.count("\n") == 1
 
 
+def test_a_reduction_slower_than_any_real_one_is_refused_when_it_is_used(capsys):
+    argv = ["synthesize", "--topology", "ring:4", "--reduce-bandwidth", "1e-300"]
+    assert main([*argv, "--collective", "all-gather"]) == 0  # nothing to reduce
+    capsys.readouterr()
+    assert main([*argv, "--collective", "all-reduce"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "use a realistic reduce bandwidth" in err
+
+
 def test_an_unknown_link_model_is_refused_by_name(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["synthesize", "--topology", "ring:4", "--link-model", "held"])
