@@ -500,7 +500,11 @@ class _Lineage:
                     join([unit], [source])
         self._note_fresh_sends(own, same_chunk_to_peers, join)
         self._note_missing_reductions(kind)
-        return [tuple(root(u) for u in self.units_of(m)) for m in range(len(self.graph.messages))]
+        classes = [
+            tuple(root(u) for u in self.units_of(m)) for m in range(len(self.graph.messages))
+        ]
+        self._note_unmet_reductions(classes)
+        return classes
 
     def _note_fresh_sends(
         self,
@@ -532,6 +536,19 @@ class _Lineage:
                     for units, first in zip(messages, lists[0], strict=False):
                         if len(units) == len(first):
                             join(units, first)
+
+    def _note_unmet_reductions(self, classes: list[tuple[int, ...]]) -> None:
+        """A rank that ends several reduction chains which never meet: one chunk or several?"""
+        forwarded = {m for sources in self.sources for m in sources}
+        ends: dict[int, set[int]] = defaultdict(set)
+        for m in set(self.reductions.values()) - forwarded:
+            ends[self.graph.messages[m].dst].update(classes[m])
+        several = sorted(rank for rank, chunks in ends.items() if len(chunks) > 1)
+        if several:
+            self.guesses.append(
+                f"{len(several)} rank(s) (the first: {several[0]}) end reduction chains that "
+                "never meet; each is taken as a chunk of its own"
+            )
 
     def _note_missing_reductions(self, kind: CollectiveKind) -> None:
         """A reducing collective whose traces record no reduction (no COMP after a receive)."""
