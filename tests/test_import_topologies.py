@@ -7,6 +7,7 @@ counts and the per-class bandwidth and latency the tool itself would build.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -367,3 +368,20 @@ def test_tori_hypercubes_and_meshes_of_side_2_are_astra_sim_networks(spec, kinds
 @pytest.mark.parametrize("spec", ["mesh2d:3x3", "mesh2d:2x4"])
 def test_meshes_with_longer_sides_have_no_astra_sim_network(spec):
     assert analytical_dims(from_spec(spec)) is None  # a Ring would add the wrap-around link
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("ENABLE_QCN 1\nTOPOLOGY_FILE ../topology/8_nodes_1_switch_topology.txt\n",
+         "ns-3 simulation config, not a topology; give the topology file its TOPOLOGY_FILE "
+         "names (../topology/8_nodes_1_switch_topology.txt)"),
+        ("DATA\n1\nallreduce -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 1048576 1\n",
+         "ASTRA-sim text workload (DATA), not a network"),
+    ],
+)  # fmt: skip
+def test_other_txt_files_are_named_with_the_file_to_give(tmp_path, text, says):
+    path = tmp_path / "given.txt"
+    path.write_text(text)
+    with pytest.raises(TacosError, match=re.escape(f"{path}: this is an {says}")):
+        import_topology(path)
