@@ -736,6 +736,37 @@ def _on_a_cycle(graph: _Graph, stuck: NodeKey, done: dict[NodeKey, float]) -> No
 
 
 # ----------------------------------------------------------------- transfers
+def _trains(
+    graph: _Graph, lineage: _Lineage, hops: list[list[Hop]], message_of: list[int]
+) -> list[list[int]]:
+    """Per message, each unit's place in its train: the unit whose data arrives last first.
+
+    A unit's data arrives with its source message, at that message's place in its
+    own train; sources start before the messages that carry them on, so messages
+    are placed in order of their start.
+    """
+    trains: list[list[int]] = [[0] * units for units in graph.units]
+    for m in sorted(range(len(hops)), key=lambda m: hops[m][0][1]):
+        if graph.units[m] == 1:
+            continue
+
+        def arrival(u: int, m: int = m) -> tuple[float, int]:
+            sources = lineage.unit_sources[m][u]
+            return max(
+                (
+                    (hops[j][-1][2], trains[j][s - lineage.first_unit[j]])
+                    for s in sources
+                    for j in (message_of[s],)
+                ),
+                default=(0.0, -1),
+            )
+
+        places = sorted(range(graph.units[m]), key=lambda u: (arrival(u), -u), reverse=True)
+        for place, u in enumerate(places):
+            trains[m][u] = place
+    return trains
+
+
 def _transfers(
     topology: Topology,
     graph: _Graph,
@@ -747,16 +778,19 @@ def _transfers(
 
     A unit's first hop depends on the arrivals of the units it carries (see
     :meth:`_Lineage._carried`), its later hops on its own previous hop. Times are
-    provisional (see :func:`_schedule`).
+    provisional (see :func:`_schedule`). A message's units cross each link back to
+    back, the one whose data arrived last first: then, as in ASTRA-sim, which sends
+    a message whole once all its data is there, none of them leaves early.
     """
+    message_of = [m for m, units in enumerate(graph.units) for _ in range(units)]
+    trains = _trains(graph, lineage, hops, message_of)
     order = sorted(
-        (start, m, k, u)
+        (start, m, k, trains[m][u], u)
         for m, path in enumerate(hops)
         for k, (_, start, _) in enumerate(path)
         for u in range(graph.units[m])
     )
-    index = {(m, k, u): i for i, (_, m, k, u) in enumerate(order)}
-    message_of = [m for m, units in enumerate(graph.units) for _ in range(units)]
+    index = {(m, k, u): i for i, (_, m, k, _, u) in enumerate(order)}
 
     def arrived(unit: int) -> int:
         """The transfer that brings ``unit`` (a global unit id) to its receiver."""
@@ -764,7 +798,7 @@ def _transfers(
         return index[(m, len(hops[m]) - 1, unit - lineage.first_unit[m])]
 
     transfers = []
-    for start, m, k, u in order:
+    for start, m, k, _, u in order:
         link = hops[m][k][0]
         previous = [index[(m, k - 1, u)]] if k else []
         deps = previous or [arrived(unit) for unit in lineage.unit_sources[m][u]]

@@ -23,7 +23,11 @@ from paths import ASTRA_SIM_MASTER_DIR, ASTRA_SIM_TOOL_DIR, REFERENCE_DIR
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.exporters import chakra
-from tacos.linkmodel import CostModel
+from tacos.exporters.astra_config import REMOTE_MEMORY, system_config
+from tacos.formats.astrasim import AnalyticalNetwork, network_yaml
+from tacos.formats.chakra import write_et
+from tacos.importers.chakra import import_schedule
+from tacos.linkmodel import CostChoice, CostModel
 
 BINARY = os.environ.get("ASTRA_SIM_BIN") or str(
     ASTRA_SIM_TOOL_DIR / "bin" / "AstraSim_Analytical_Congestion_Aware"
@@ -204,3 +208,33 @@ def test_reduce_scatter_runs_as_synthesized_on_every_build(tmp_path, build):
     fell_back = "rerunning the traces on the all-reduce key" in result.stderr
     assert fell_back is (build == "c459ab6")
     assert slowest_ns(replay_on(build, bundle, "carrier")) == pytest.approx(predicted_ns, rel=0.02)
+
+
+CONVERTER_DIR = Path(__file__).parent / "data/astra-sim/converter"
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("name", ["ag_recdbl_8", "ag_allpairs_8_LL128"])
+def test_imported_converter_traces_predict_what_astra_sim_runs_them_in(tmp_path, name, build):
+    """ASTRA-sim's own converter ETs (messages of 1, 2 and 4 chunks in recursive doubling),
+    run as a custom All-Gather on a FullyConnected network, finish when their import says."""
+    schedule = import_schedule(CONVERTER_DIR / name, cost=CostChoice("pipelined"))
+    (tmp_path / "et").mkdir()
+    for path in CONVERTER_DIR.glob(f"{name}.*.et"):
+        shutil.copy(path, tmp_path / "et" / path.name)
+    system = {**system_config(), "all-gather-implementation-custom": [f"et/{name}"]}
+    (tmp_path / "system.json").write_text(json.dumps(system))
+    (tmp_path / "memory.json").write_text(json.dumps(REMOTE_MEMORY))
+    (tmp_path / "network.yml").write_text(
+        network_yaml([AnalyticalNetwork("FullyConnected", 8, 50.0, 500.0)])
+    )
+    for rank, (metadata, nodes) in chakra.workload_traces(schedule, 2).items():
+        write_et(tmp_path / "workload" / f"all_gather.{rank}.et", metadata, nodes)
+    result = subprocess.run(
+        [BUILDS[build], f"--workload-configuration={tmp_path}/workload/all_gather",
+         f"--system-configuration={tmp_path}/system.json",
+         f"--network-configuration={tmp_path}/network.yml",
+         f"--remote-memory-configuration={tmp_path}/memory.json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert slowest_ns(result) == pytest.approx(schedule.collective_time_us * 1000, rel=0.001)
