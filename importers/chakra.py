@@ -22,6 +22,9 @@ Messages of several sizes move several chunks each, of the sizes' greatest
 common divisor (ASTRA-sim's converter writes such messages for recursive
 doubling and hierarchical algorithms); a send carries, unit by unit, the data
 of its own size it depends on, or what it received followed by its rank's own.
+A message's chunks cross each link back to back (see :func:`_transfers`), but a
+reduction of one still overlaps chunk by chunk, where ASTRA-sim's single COMP
+node waits for the whole message.
 
 Limits of lineage: traces say where data goes, not which data. A rank that
 sends its own data in several messages sends one chunk to several peers or
