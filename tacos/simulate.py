@@ -133,14 +133,11 @@ class _Replay:
             if not self.topology.is_switch(transfers[i].src):
                 queues = self.fixed_order[transfers[i].link]
                 queues.setdefault(0 if streams is None else streams[i], deque()).append(i)
-        self.stream_of = {
-            i: stream
-            for queues in self.fixed_order.values()
-            for stream, queue in queues.items()
-            for i in queue
-        }
+        self.fixed_members = {i for queues in self.fixed_order.values()
+                              for queue in queues.values() for i in queue}  # fmt: skip
+        self.streams = streams
         self.ready_at = [0.0] * count
-        self.behind = _chain_behind(transfers, topology, chunk_bytes) if streams else [0.0] * count
+        self.behind = _chain_behind(transfers, topology, chunk_bytes) if streams else []
         self.fifo: dict[int, list[tuple[float, tuple[float | int, ...], int]]] = defaultdict(list)
         self.waiting = [len(set(t.deps)) for t in transfers]
         self.dependants: list[list[int]] = [[] for _ in range(count)]
@@ -155,11 +152,22 @@ class _Replay:
         # Links that free before their transfer completes (pipelined links, reductions).
         self.link_frees: list[tuple[float, int]] = []
         self.frees_early: set[int] = set()
+        self._link_times: dict[int, tuple[float, float]] = {}
         # Optional one-port NPUs: a message holds its sender's port until it arrives.
         self.ports = sends_in_flight
         self.outstanding: defaultdict[int, int] = defaultdict(int)
         self.port_queue: defaultdict[int, list[int]] = defaultdict(list)
         self.message_end = {hops[-1]: hops[0] for hops in messages}  # last hop -> first hop
+
+    def link_times(self, link_id: int) -> tuple[float, float]:
+        """(arrival, busy) time of a message on the link, by the cost model (cached)."""
+        times = self._link_times.get(link_id)
+        if times is None:
+            link, cost = self.topology.links[link_id], self.topology.cost
+            arrival_us = cost.arrival_us(link, self.nbytes)
+            busy_us = arrival_us if cost.link_model == "paper" else cost.busy_us(link, self.nbytes)
+            times = self._link_times[link_id] = (arrival_us, busy_us)
+        return times
 
     @cached_property
     def reduce_us(self) -> float:
@@ -169,7 +177,7 @@ class _Replay:
 
     def run(self) -> SimulationResult:
         for i in range(len(self.transfers)):
-            if self.waiting[i] == 0 and i not in self.stream_of:
+            if self.waiting[i] == 0 and i not in self.fixed_members:
                 self.enqueue(i, 0.0)
         self.start_ready({t.link for t in self.transfers}, 0.0)
         finished = 0
@@ -201,7 +209,7 @@ class _Replay:
                     self.waiting[j] -= 1
                     if self.waiting[j] == 0:
                         self.ready_at[j] = now
-                        if j not in self.stream_of:
+                        if j not in self.fixed_members:
                             self.enqueue(j, now)
                         links_to_try.add(self.transfers[j].link)
             self.start_ready(links_to_try, now)
@@ -236,6 +244,9 @@ class _Replay:
         if not self.link_idle[link_id]:
             return None
         queues = self.fixed_order.get(link_id)
+        if queues and len(queues) == 1:  # one program on the link: its next transfer
+            (queue,) = queues.values()
+            return queue[0] if queue and self.waiting[queue[0]] == 0 else None
         if queues:
             heads = [q[0] for q in queues.values() if q and self.waiting[q[0]] == 0]
             return min(heads, key=lambda i: (self.ready_at[i], -self.behind[i], i), default=None)
@@ -278,17 +289,17 @@ class _Replay:
 
     def begin(self, i: int, now: float) -> None:
         link_id = self.transfers[i].link
-        if i in self.stream_of:
-            self.fixed_order[link_id][self.stream_of[i]].popleft()
+        if i in self.fixed_members:
+            self.fixed_order[link_id][0 if self.streams is None else self.streams[i]].popleft()
         else:
             heapq.heappop(self.fifo[link_id])
         self.link_idle[link_id] = False
         self.start[i] = now
-        link, cost = self.topology.links[link_id], self.topology.cost
-        self.end[i] = now + cost.arrival_us(link, self.nbytes)
+        arrival_us, busy_us = self.link_times(link_id)
+        self.end[i] = now + arrival_us
         if self.transfers[i].op is Op.REDUCE:
             self.end[i] += self.reduce_us
-        free_at = now + cost.busy_us(link, self.nbytes)
+        free_at = now + busy_us
         if free_at != self.end[i]:
             self.frees_early.add(i)
             heapq.heappush(self.link_frees, (free_at, link_id))
