@@ -342,10 +342,12 @@ class _Lineage:
       several peers or several chunks. By default every such send starts a new
       chunk; ``same_chunk_to_peers`` makes the k-th such send to each peer the
       same chunk instead (an All-Gather's all-pairs exchange).
-    * A send that depends on data of a different size than its own (halving or
-      doubling algorithms) starts new chunks: which part it sends is unknown.
-    * In a reducing collective, a received message that is neither forwarded nor
-      reduced may be a partial sum the traces drop or reduce off the record.
+    * A send smaller than the data it depends on (recursive halving) carries an
+      unknown part of it (see :meth:`_carried`).
+    * A rank that ends reduction chains which never meet may hold one chunk or
+      several; each is taken as a chunk of its own.
+    * A reducing collective whose traces hold no reduction combines received
+      data in an unknown way.
     """
 
     def __init__(
