@@ -3,7 +3,8 @@
 Every transfer becomes a COMM_SEND_NODE on its source NPU and a COMM_RECV_NODE on
 its destination, with the same ``comm_tag`` (the transfer's index), so ASTRA-sim
 -- which pairs sends and receives on (tag, src, dst, size) -- matches each send
-with exactly one receive. A reduction is a COMP_NODE after its receive. A send
+with exactly one receive. A reduction is a COMP_NODE after its receive, as long
+as the topology's cost model says (whole microseconds, as Chakra holds it). A send
 lists in ``data_deps`` the nodes that produced its data (ASTRA-sim ignores
 ``ctrl_deps``), so the traces carry exactly the schedule's causality, and it
 keeps each link in the schedule's order:
@@ -12,10 +13,11 @@ keeps each link in the schedule's order:
   completes a send when it arrives, so the link carries one chunk at a time,
   which is the link model of the synthesizer and ``tacos simulate``.
 * A send through a switch must not wait that long (its uplink frees after the
-  first hop), but ASTRA-sim serves an uplink in the order sends are issued. So
+  first hop), nor any send under the pipelined link model (its link frees after
+  serialization), but ASTRA-sim serves a link in the order sends are issued. So
   the send is followed by a zero-length COMP_NODE with the same dependencies
-  (it completes 1 ns after the send is issued), and the next send through that
-  uplink waits for it: issue order = schedule order, at 1 ns per send.
+  (it completes 1 ns after the send is issued), and the next send on that
+  link waits for it: issue order = schedule order, at 1 ns per send.
 * A schedule made for one-port NPUs (``sends_in_flight=1``) chains every send of
   an NPU to the previous one instead, which both ASTRA-sim routes then replay
   exactly as the schedule says.
@@ -36,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tacos.errors import TacosError
-from tacos.exporters.astra_config import ET_PREFIX, WORKLOAD_PREFIX, plan_bundle
+from tacos.exporters.astra_config import (
+    CARRIER_KEY,
+    CARRIER_PREFIX,
+    ET_PREFIX,
+    WORKLOAD_PREFIX,
+    plan_bundle,
+)
 from tacos.exporters.base import ExportResult, Writer
 from tacos.formats.arguments import ArgumentAdder
 from tacos.formats.chakra import (
@@ -46,6 +54,7 @@ from tacos.formats.chakra import (
     Node,
     NodeType,
     attr,
+    reduce_micros,
     write_et,
 )
 from tacos.output import atomic_directory, check_directory_target, write_text_atomic
@@ -95,9 +104,11 @@ def _program_nodes(
 ) -> list[Node]:
     """The ET nodes of one NPU, in step order."""
     nodes: list[Node] = []
+    reduce_us = reduce_micros(schedule.topology.cost, nbytes)
     produced_by: dict[int, int] = {}  # message (last hop) -> node id holding its data here
     previous_send: dict[int, int] = {}  # first link (or PORT) -> node the next send waits for
     one_port = schedule.sends_in_flight == 1
+    pipelined = schedule.topology.cost.link_model == "pipelined"
     for step in steps:
         what = f"chunk {step.chunk} (transfer {step.transfer})"
         if step.kind is StepKind.RECV:
@@ -113,7 +124,7 @@ def _program_nodes(
                     name=f"reduce {what} from {step.peer}",
                     type=NodeType.COMP_NODE,
                     data_deps=[recv.id],
-                    duration_micros=0,
+                    duration_micros=reduce_us,
                     attr=[attr("is_cpu_op", False)],
                 )
                 nodes.append(reduce)
@@ -136,7 +147,7 @@ def _program_nodes(
                 deps=sorted(deps),
             )  # fmt: skip
         )
-        if one_port or len(step.hops) == 1:
+        if one_port or (len(step.hops) == 1 and not pipelined):
             previous_send[queue] = nodes[-1].id
         else:
             marker = Node(
@@ -236,7 +247,9 @@ def export(
         run.sh                 ./run.sh [custom|p2p]; ASTRA_SIM_BIN picks the binary
         et/tacos.<r>.et        the schedule as send/recv/reduce nodes, one file per NPU
         workload/collective.<r>.et  one COMM_COLL_NODE per NPU (custom route)
+        workload/carrier.<r>.et     the same as an all-reduce (carrier route, Reduce-Scatter)
         system.json            custom-collective key -> et/tacos
+        system_carrier.json    all-reduce key -> et/tacos (Reduce-Scatter on older ASTRA-sim)
         system_p2p.json        no custom key: et/tacos runs as the workload itself
         network.yml, memory.json, schedule.json, manifest.json, README.md
     """
@@ -246,8 +259,12 @@ def export(
     with atomic_directory(out, force=options.force) as scratch:
         for rank, (meta, nodes) in traces.items():
             write_et(scratch / "et" / f"{ET_PREFIX}.{rank}.et", meta, nodes)
-        for rank, (meta, nodes) in workload_traces(schedule, bundle.comm_type).items():
-            write_et(scratch / "workload" / f"{WORKLOAD_PREFIX}.{rank}.et", meta, nodes)
+        workloads = {WORKLOAD_PREFIX: bundle.comm_type}
+        if bundle.carrier:
+            workloads[CARRIER_PREFIX] = int(CARRIER_KEY[1])
+        for prefix, comm_type in workloads.items():
+            for rank, (meta, nodes) in workload_traces(schedule, comm_type).items():
+                write_et(scratch / "workload" / f"{prefix}.{rank}.et", meta, nodes)
         for name, text in bundle.text_files().items():
             write_text_atomic(scratch / name, text)
         (scratch / "run.sh").chmod(0o755)

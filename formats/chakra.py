@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from tacos.errors import TacosError
+from tacos.linkmodel import GIB, CostModel
 from tacos.output import write_bytes_atomic
 from tacos.proto.et_def_pb2 import (
     AttributeProto,
@@ -115,6 +116,21 @@ class ChakraFormatError(TacosError, ValueError):
 
     The message names the file, the byte offset and what is wrong, and says what to do.
     """
+
+
+def reduce_micros(cost: CostModel, nbytes: int) -> int:
+    """A reduction of ``nbytes`` as a COMP node's ``duration_micros`` (whole microseconds)."""
+    return round(cost.reduce_us(nbytes))
+
+
+def as_traced(cost: CostModel, nbytes: int) -> CostModel:
+    """``cost`` as traces carry it: reductions of ``nbytes`` last whole microseconds.
+
+    ASTRA-sim runs a COMP node for ``duration_micros`` x 1000 ns, so a bundle's
+    predictions use this model, whose reductions take exactly what the traces say.
+    """
+    micros = reduce_micros(cost, nbytes)
+    return CostModel(cost.link_model, nbytes / (micros * 1e-6) / GIB if micros else 0.0)
 
 
 def encode_varint(value: int) -> bytes:

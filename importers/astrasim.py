@@ -12,16 +12,58 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tacos.formats.astrasim import AnalyticalNetwork, parse_network
-from tacos.importers.base import TopologyImport, cable
-from tacos.topology import Link, Topology
+from tacos.errors import TacosError
+from tacos.formats.astrasim import (
+    ASTRA_SIM_STRUCTURE,
+    AnalyticalNetwork,
+    dimension_pairs,
+    is_v1_network,
+    json_config_kind,
+    parse_network,
+    parse_v1_network,
+)
+from tacos.importers.base import TopologyImport
+from tacos.jsonfile import parse_json
+from tacos.schedule import SCHEDULE_FORMAT
+from tacos.topology import Link, Structure, Topology, read_json
 
 FORMAT_NAME = "ASTRA-sim analytical network"
+V1_FORMAT_NAME = "ASTRA-sim 1.0 analytical network (JSON)"
 
 
 def read_network(text: str, source: str) -> TopologyImport:
     """The topology a network.yml describes; errors name the file, line and key."""
     dims = parse_network(text, source)
+    return TopologyImport(
+        build_topology(dims, Path(source).stem), FORMAT_NAME, notes=tuple(_describe(dims))
+    )
+
+
+def read_json_network(text: str, source: str) -> TopologyImport:
+    """A JSON network: ASTRA-sim 1.0's analytical network, or tacos's own topology JSON.
+
+    Other ASTRA-sim JSON files (ns-3 ``logical-dims``, system, remote memory)
+    describe no links: the error says what the file is and which to give.
+    """
+    data = parse_json(text, source)
+    if isinstance(data, dict) and data.get("format") == SCHEDULE_FORMAT:
+        raise TacosError(
+            f"{source}: this is a tacos schedule, not a topology; tacos verify, tacos simulate "
+            "and tacos-export --schedule read it"
+        )
+    other = json_config_kind(data)
+    if other is not None:
+        raise TacosError(f"{source}: this is {other}")
+    if is_v1_network(data):
+        dims = parse_v1_network(data, source)
+        notes = tuple(_describe(dims)) + (
+            "ASTRA-sim 1.0 format: nic-, router- and hbm- settings are not modelled",
+        )
+        return TopologyImport(build_topology(dims, Path(source).stem), V1_FORMAT_NAME, notes=notes)
+    return TopologyImport(read_json(text, source), "tacos topology")
+
+
+def _describe(dims: Sequence[AnalyticalNetwork]) -> list[str]:
     notes = [
         f"dimension {d}: {dim.kind} of {dim.npus} NPUs, {dim.bandwidth_GBps:g} GB/s, "
         f"{dim.latency_ns:g} ns"
@@ -32,37 +74,23 @@ def read_network(text: str, source: str) -> TopologyImport:
             "ASTRA-sim's congestion-aware backend runs one dimension only; "
             "use its congestion-unaware backend for this network"
         )
-    return TopologyImport(build_topology(dims, Path(source).stem), FORMAT_NAME, notes=tuple(notes))
+    return notes
 
 
 def build_topology(dims: Sequence[AnalyticalNetwork], name: str = "") -> Topology:
-    """NPUs numbered as ASTRA-sim numbers them, then one switch per Switch group."""
+    """NPUs numbered as ASTRA-sim numbers them, then one switch per Switch group.
+
+    A network of several dimensions records their sizes (``structure``), so the
+    bundle writer can give ASTRA-sim the same network back.
+    """
     sizes = [dim.npus for dim in dims]
+    per_dim = dimension_pairs([dim.kind for dim in dims], sizes)
+    links = [
+        Link(a, b, dim.bandwidth_GBps, dim.latency_ns / 1000.0)
+        for dim, pairs in zip(dims, per_dim, strict=True)
+        for a, b in pairs
+    ]
     total = math.prod(sizes)
-    links: list[Link] = []
-    switch = total
-    for d, dim in enumerate(dims):
-        stride = math.prod(sizes[:d])
-        latency_us = dim.latency_ns / 1000.0
-        for first in range(total):
-            if (first // stride) % dim.npus:
-                continue  # not the first NPU of its group in this dimension
-            group = [first + k * stride for k in range(dim.npus)]
-            if dim.kind == "Switch":
-                for npu in group:
-                    links += cable(npu, switch, dim.bandwidth_GBps, latency_us)
-                switch += 1
-            elif dim.kind == "Ring":
-                neighbours = range(dim.npus if dim.npus > 2 else 1)
-                for k in neighbours:
-                    links += cable(
-                        group[k], group[(k + 1) % dim.npus], dim.bandwidth_GBps, latency_us
-                    )
-            else:
-                links += [
-                    Link(a, b, dim.bandwidth_GBps, latency_us)
-                    for a in group
-                    for b in group
-                    if a != b
-                ]
-    return Topology(total, tuple(links), switch - total, name)
+    switches = max((max(pair) for pairs in per_dim for pair in pairs), default=0) + 1 - total
+    structure = Structure(ASTRA_SIM_STRUCTURE, tuple(sizes)) if len(dims) > 1 else None
+    return Topology(total, tuple(links), max(switches, 0), name, structure=structure)

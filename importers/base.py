@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from tacos.collective import CollectiveKind
 from tacos.formats.arguments import ArgumentAdder
+from tacos.linkmodel import KEEP_COST, CostChoice
 from tacos.schedule import Schedule
 from tacos.topology import GIB, Link, Topology
 
@@ -31,7 +32,11 @@ class TopologyReader(Protocol):
 
 
 class ScheduleReader(Protocol):
-    """Reads a schedule; ``collective`` and ``topology`` are what the command line says."""
+    """Reads a schedule; the keywords are what the command line says (None: the file's).
+
+    ``chunk_bytes`` sizes chunks of formats that do not say (MSCCL XML); ``cost``
+    overrides the cost model (:mod:`tacos.linkmodel`) the schedule is timed with.
+    """
 
     def __call__(
         self,
@@ -40,6 +45,8 @@ class ScheduleReader(Protocol):
         *,
         collective: CollectiveKind | None = None,
         topology: Topology | None = None,
+        chunk_bytes: int | None = None,
+        cost: CostChoice = KEEP_COST,
     ) -> Schedule: ...
 
 

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,10 +35,14 @@ from tacos.formats.msccl import (
     load,
 )
 from tacos.importers.base import Checker, FileCheck
+from tacos.linkmodel import KEEP_COST, CostChoice
 from tacos.schedule import Op, Schedule, Transfer
+from tacos.simulate import replay_times
+from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
 
 K = CollectiveKind
+DEFAULT_CHUNK_BYTES = 2**20
 
 
 # ================================================================ import
@@ -47,7 +50,7 @@ def to_schedule(
     algorithm: Algorithm,
     *,
     topology: Topology | None = None,
-    chunk_bytes: int = 2**20,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     root: int | None = None,
 ) -> Schedule:
     """The algorithm as a Schedule, by default on a fully connected topology of its GPUs.
@@ -56,8 +59,13 @@ def to_schedule(
     between the two GPUs; it depends on the transfers whose data the sender's
     step read. A transfer is a reduction when it adds contributions the
     receiver's copy of that chunk lacks, and a copy when it replaces them.
-    Times come from our link model: each transfer starts as soon as its link is
-    free and its dependencies have arrived, in the order the algorithm runs.
+
+    Times come from the topology's cost model. Threadblocks and channels run
+    concurrently on the GPU runtimes: each threadblock sends in its program
+    order, each transfer once the data it sends has arrived and its link is
+    free, and a link shared by several threadblocks (channels) serves whichever
+    is ready first, never idling while one waits. The result is sorted by start,
+    so ``tacos simulate`` replays it to the same times.
     Raises :class:`TacosError` when the algorithm does not check out, or moves
     data the Schedule IR cannot name (it keeps one copy of each chunk per NPU).
     """
@@ -86,13 +94,21 @@ def import_schedule(
     *,
     collective: CollectiveKind | None = None,
     topology: Topology | None = None,
+    chunk_bytes: int | None = None,
+    cost: CostChoice = KEEP_COST,
 ) -> Schedule:
     """Read an MSCCL XML file as a Schedule (the schedule importers' interface).
 
-    ``collective``, when given, must be what the file's ``coll`` says.
+    ``collective``, when given, must be what the file's ``coll`` says; chunks
+    are ``chunk_bytes`` (default 1 MiB) each, since the XML does not size them.
     """
     algorithm = load(source)
-    schedule = to_schedule(algorithm, topology=topology)
+    if topology is None:
+        topology = Topology.fully_connected(algorithm.ngpus)
+    topology = topology.with_cost(cost.apply(topology.cost))
+    schedule = to_schedule(
+        algorithm, topology=topology, chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES
+    )
     if collective is not None and collective is not schedule.collective.kind:
         raise TacosError(
             f"{algorithm.source}: coll={algorithm.coll!r} means {schedule.collective.kind}, "
@@ -178,7 +194,6 @@ class _ScheduleBuilder:
     def build(self, deliveries: Sequence[Delivery], source: str) -> Schedule:
         spec = self.spec
         held = {(node, c): bits for node, c, bits in spec.initial_data()}
-        link_free: dict[int, float] = defaultdict(float)
         transfers: list[Transfer] = []
         for d in deliveries:
             chunk = self.chunk(d.value, d.receiver, source)
@@ -199,17 +214,26 @@ class _ScheduleBuilder:
                     f"{source}: {d.sender} sends to gpu {d.dst}, but {self.topology.describe()} "
                     f"has no link {d.src}->{d.dst}"
                 )
-            start = max([link_free[link], *(transfers[s].end for s in d.sources)])
-            end = start + self.topology.links[link].transfer_time_us(spec.chunk_bytes)
-            link_free[link] = end
-            transfers.append(Transfer(chunk, d.src, d.dst, link, start, end, op, tuple(d.sources)))
-        order = sorted(range(len(transfers)), key=lambda i: (transfers[i].start, i))
-        position = {old: new for new, old in enumerate(order)}
-        ordered = [
-            replace(transfers[i], deps=tuple(sorted(position[d] for d in transfers[i].deps)))
-            for i in order
-        ]
-        return Schedule(self.topology, spec, ordered, {"imported_from": source, "format": "msccl"})
+            position = float(len(transfers))  # program order, until timed below
+            transfers.append(
+                Transfer(chunk, d.src, d.dst, link, position, position, op, tuple(d.sources))
+            )
+        threadblocks = [(d.sender.gpu, d.sender.tb) for d in deliveries]
+        stream_ids = {tb: k for k, tb in enumerate(dict.fromkeys(threadblocks))}
+        starts, ends = replay_times(
+            transfers,
+            self.topology,
+            spec.chunk_bytes,
+            streams=[stream_ids[tb] for tb in threadblocks],
+        )
+        timed = [replace(t, start=starts[i], end=ends[i]) for i, t in enumerate(transfers)]
+        order = sorted(range(len(timed)), key=lambda i: (timed[i].start, i))
+        return Schedule(
+            self.topology,
+            spec,
+            renumber(timed, order),
+            {"imported_from": source, "format": "msccl"},
+        )
 
     def _contributions(self, bits: int) -> int:
         """The value as a bit set over rank positions, as the IR counts contributions."""

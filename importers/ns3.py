@@ -59,8 +59,29 @@ Token = tuple[int, str]
 """(1-based line, text)."""
 
 
+_CONFIG_LINE = re.compile(r"^\s*TOPOLOGY_FILE\s+(?P<path>\S+)", re.MULTILINE)
+_WORKLOAD_FIRST_WORDS = ("MICRO", "DATA", "HYBRID", "MODEL", "DISTRIBUTED")
+
+
+def _refuse_other_txt(text: str, source: str) -> None:
+    """Other .txt files users hand over as networks: name them and the file to give instead."""
+    config = _CONFIG_LINE.search(text)
+    if config:
+        raise TacosError(
+            f"{source}: this is an ns-3 simulation config, not a topology; give the topology "
+            f"file its TOPOLOGY_FILE names ({config['path']})"
+        )
+    first = text.split(maxsplit=1)[0] if text.split() else ""
+    if first.upper().startswith(_WORKLOAD_FIRST_WORDS):
+        raise TacosError(
+            f"{source}: this is an ASTRA-sim text workload ({first}), not a network; give an "
+            "ns-3 topology .txt, an ASTRA-sim network .yml or an htsim .topo"
+        )
+
+
 def read_topology(text: str, source: str) -> TopologyImport:
     """The topology of an ns-3 topology file; errors name the file and line."""
+    _refuse_other_txt(text, source)
     reader = _Reader(source, _tokens(text))
     node_count = reader.whole("the node count", minimum=1)
     switch_count = reader.whole("the switch count", minimum=0)

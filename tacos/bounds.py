@@ -1,8 +1,10 @@
 """Lower bounds on the collective time, for judging a schedule's quality.
 
-Every bound holds for any schedule under the link model of
-:class:`tacos.topology.Link` (a link moves one chunk at a time, each taking
-``latency + chunk_bytes / bandwidth``):
+Every bound holds for any schedule under the topology's cost model
+(:mod:`tacos.linkmodel`: a link moves one chunk at a time, each taking
+``latency + chunk_bytes / bandwidth``; a pipelined link is busy for the
+``chunk_bytes / bandwidth`` of each chunk only, so the chunk-counting bounds
+count those):
 
 * ``ingress``: chunks a node must receive (or send) over the sum of its link
   bandwidths; ignores latency and chunking.
@@ -107,7 +109,7 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
     if collective.kind is CollectiveKind.ALL_REDUCE:
         two_phase = rs_plus_ag_us(topology, collective)
     demand = _demand_closed_form(collective) or _demand(topology, collective)
-    per_chunk = topology.link_times_us(collective.chunk_bytes)
+    per_chunk = topology.link_busy_times_us(collective.chunk_bytes)
     ingress = chunk_ingress = 0.0
     # Nodes with the same link times and count have the same bound: big regular
     # topologies (meshes, tori) have a handful of distinct cases among 10^4 nodes.
@@ -133,7 +135,7 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
     if demand.unrouted_messages:
         transfers = demand.unrouted_messages * _fewest_hops_between_npus(topology)
         capacity = max(capacity, min_time_to_move(per_chunk, demand.messages + transfers))
-    diameter = _diameter(topology, demand.pairs, per_chunk)
+    diameter = _diameter(topology, demand.pairs, topology.link_times_us(collective.chunk_bytes))
     return LowerBounds(ingress, chunk_ingress, capacity, diameter, throughput, two_phase)
 
 

@@ -22,6 +22,7 @@ from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
 from tacos.failures import parse_groups, parse_ids, parse_links, to_current_ids, without_failures
 from tacos.importers.base import TopologyImport
+from tacos.linkmodel import LINK_MODELS, CostChoice
 from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
 from tacos.registry import (
@@ -56,12 +57,15 @@ from tacos.topology import (
     from_spec,
     is_spec,
 )
-from tacos.verify import verify
+from tacos.verify import VerificationReport, verify
 
 DEFAULT_TOPOLOGY = "ring:8"
 DEFAULT_COLLECTIVE = "all-reduce"
 DEFAULT_ALGORITHM = "best"
+DEFAULT_CHUNK_SIZE = "1MiB"
 EXIT_INPUT_ERROR = 2
+EXIT_CANNOT_TELL = 3
+"""``tacos verify``: the file does not say enough to decide (e.g. traces without chunk labels)."""
 
 
 # ------------------------------------------------------------------ entry points
@@ -121,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="at most this many outstanding sends per NPU (1 = ASTRA-sim's standalone workload)",
     )
+    _add_cost_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_cmd_simulate)
 
@@ -287,7 +292,11 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
         default=None,
         help=f"{', '.join(k.value for k in CollectiveKind)} (default {DEFAULT_COLLECTIVE})",
     )
-    parser.add_argument("--chunk-size", default="1MiB", help="bytes per chunk: 4096, 512KiB, 1MiB")
+    parser.add_argument(
+        "--chunk-size",
+        default=None,
+        help=f"bytes per chunk: 4096, 512KiB, 1MiB (default {DEFAULT_CHUNK_SIZE})",
+    )
     parser.add_argument(
         "--chunks-per-npu",
         type=int,
@@ -304,6 +313,7 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
     parser.add_argument(
         "--latency", type=float, default=DEFAULT_LATENCY_US, help="microseconds of generated links"
     )
+    _add_cost_arguments(parser)
     parser.add_argument("--root", type=int, default=None, help="root NPU of broadcast/reduce/"
                         "gather/scatter (default: the first rank)")  # fmt: skip
     parser.add_argument("--fail-npus", help="failed NPUs, e.g. 3,7 or 8-11 (original ids)")
@@ -349,11 +359,36 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
+def _add_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cost model (tacos.linkmodel); left out, the input's own (default paper, free)."""
+    parser.add_argument(
+        "--link-model",
+        choices=LINK_MODELS,
+        default=None,
+        help="paper (default): a link is held for latency + size/bandwidth; pipelined: "
+        "freed after size/bandwidth, the message arriving latency later (as ASTRA-sim)",
+    )
+    parser.add_argument(
+        "--reduce-bandwidth",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="GB/s (2^30) at which an NPU adds a received chunk into its own (default 0 = free)",
+    )
+
+
+def _cost_choice(args: argparse.Namespace) -> CostChoice:
+    return CostChoice(args.link_model, args.reduce_bandwidth)
+
+
 def _problem(args: argparse.Namespace) -> tuple[Topology, list[Collective]]:
     """The topology (minus failures) and one collective per tenant group."""
     topology = load_topology(
         args.topology or DEFAULT_TOPOLOGY, bandwidth_GBps=args.bandwidth, latency_us=args.latency
     )
+    cost = _cost_choice(args)
+    if cost.given:
+        topology = topology.with_cost(cost.apply(topology.cost))
     failed_npus = parse_ids(args.fail_npus, "--fail-npus") if args.fail_npus else []
     failed_links = parse_links(args.fail_links) if args.fail_links else []
     if failed_npus or failed_links:
@@ -372,10 +407,12 @@ def _problem(args: argparse.Namespace) -> tuple[Topology, list[Collective]]:
             (root,) = to_current_ids(topology, [args.root], "--root")
             if kind.rooted and len(groups) > 1 and root not in ranks:
                 root = None  # each tenant's root defaults to its first NPU
-        collectives.append(
-            Collective(kind, tuple(ranks), chunks_per_npu, parse_size(args.chunk_size), root)
-        )
+        collectives.append(Collective(kind, tuple(ranks), chunks_per_npu, _chunk_bytes(args), root))
     return topology, collectives
+
+
+def _chunk_bytes(args: argparse.Namespace) -> int:
+    return parse_size(args.chunk_size or DEFAULT_CHUNK_SIZE)
 
 
 def _synthesize_from_args(args: argparse.Namespace) -> tuple[list[Schedule], float]:
@@ -576,28 +613,48 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     else:
         schedules = [_import_schedule(args.format, args.file, args)]
     reports = [verify(schedule) for schedule in schedules]
+    verdicts = [_verdict(s, r) for s, r in zip(schedules, reports, strict=True)]
     ok = all(report.ok for report in reports)
+    undecided = not ok and all(
+        r.ok or v[0] == "cannot tell" for r, v in zip(reports, verdicts, strict=True)
+    )
     data = {
         "file": str(args.file),
         "verified": ok,
+        "verdict": "ok" if ok else "cannot tell" if undecided else "failed",
         "collective": schedules[0].collective.kind.value,
         "collective_time_us": max(report.collective_time_us for report in reports),
         "error_count": sum(report.error_count for report in reports),
         "errors": [e for report in reports for e in report.errors],
     }
     lines = [
-        f"{args.file}{f' tenant {i}' if len(reports) > 1 else ''}: {report.summary()}"
-        for i, report in enumerate(reports)
+        f"{args.file}{f' tenant {i}' if len(reports) > 1 else ''}: {text}"
+        for i, (_, text) in enumerate(verdicts)
     ]
     _emit(args, data, "\n".join(lines))
-    return 0 if ok else 1
+    return 0 if ok else EXIT_CANNOT_TELL if undecided else 1
+
+
+def _verdict(schedule: Schedule, report: VerificationReport) -> tuple[str, str]:
+    """("ok" | "failed" | "cannot tell", text): a failure that rests on guesses about what
+    messages carry (``meta["lineage_guesses"]`` of an import) decides nothing."""
+    guesses = schedule.meta.get("lineage_guesses") or []
+    if report.ok or not guesses:
+        return ("ok" if report.ok else "failed"), report.summary()
+    return "cannot tell", (
+        "CANNOT TELL: the traces do not say what every message carries ("
+        + "; ".join(guesses)
+        + f"); read that way it fails with {report.error_count} problems, the first: "
+        + report.errors[0]
+    )
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     schedule = merge_tenants(load_schedules(args.file))
     if args.sends_in_flight is not None and args.sends_in_flight < 1:
         raise TacosError("--sends-in-flight must be at least 1")
-    result = simulate(schedule, sends_in_flight=args.sends_in_flight)
+    cost = _cost_choice(args).apply(schedule.topology.cost)
+    result = simulate(schedule, sends_in_flight=args.sends_in_flight, cost=cost)
     recorded = schedule.collective_time_us
     busy = result.link_utilisation()
     data = {
@@ -612,6 +669,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         f"{args.file}: simulated collective time {result.collective_time_us:.6g} us "
         f"(schedule records {recorded:.6g} us)"
     )
+    if not cost.is_default:
+        data["cost"] = cost.to_dict()
+        text += f" with {cost.describe()}"
     _emit(args, data, text)
     return 0
 
@@ -635,6 +695,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.schedule:
         if args.topology or args.collective or args.import_from:
             raise TacosError("give either --schedule or --from or --topology/--collective")
+        if _cost_choice(args).given or args.chunk_size:
+            raise TacosError(
+                "--schedule is exported as it was timed; --link-model, --reduce-bandwidth and "
+                "--chunk-size apply to schedules synthesized or imported here (or see "
+                "tacos simulate --link-model)"
+            )
         schedules, seconds = load_schedules(args.schedule), 0.0
     elif args.import_from:
         import_format, source = args.import_from
@@ -702,11 +768,21 @@ def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
         help="spec or topology file that times the messages (default: the ranks fully "
         f"connected at {DEFAULT_BANDWIDTH_GBPS:g} GB/s, {DEFAULT_LATENCY_US:g} us)",
     )
+    parser.add_argument(
+        "--chunk-size",
+        default=None,
+        help=f"MSCCL XML: bytes per chunk (default {DEFAULT_CHUNK_SIZE}); Chakra messages "
+        "carry their own sizes",
+    )
+    _add_cost_arguments(parser)
 
 
 def _refuse_import_arguments(args: argparse.Namespace, where: str) -> None:
-    if args.topology or args.collective:
-        raise TacosError(f"--topology and --collective apply to imported schedules, not {where}")
+    if args.topology or args.collective or args.chunk_size or _cost_choice(args).given:
+        raise TacosError(
+            "--topology and --collective apply to imported schedules (as do --chunk-size, "
+            f"--link-model and --reduce-bandwidth), not {where}"
+        )
 
 
 def _import_schedule(import_format: str, source: Path, args: argparse.Namespace) -> Schedule:
@@ -719,7 +795,15 @@ def _import_schedule(import_format: str, source: Path, args: argparse.Namespace)
             latency_us=getattr(args, "latency", DEFAULT_LATENCY_US),
         )
     kind = CollectiveKind.parse(args.collective) if args.collective else None
-    return import_schedule(import_format, source, collective=kind, topology=topology)
+    chunk_bytes = parse_size(args.chunk_size) if args.chunk_size else None
+    return import_schedule(
+        import_format,
+        source,
+        collective=kind,
+        topology=topology,
+        chunk_bytes=chunk_bytes,
+        cost=_cost_choice(args),
+    )
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -758,7 +842,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         f"{args.file}: {import_format} schedule, {spec.kind} over {spec.num_ranks} ranks: "
         f"{spec.num_chunks} chunks of {spec.chunk_bytes} bytes, {len(schedule.transfers)} "
         f"transfers ({reductions} reductions) on {schedule.topology.describe()}\n"
-        f"  verify: {report.summary()}"
+        f"  verify: {_verdict(schedule, report)[1]}"
     )
     _emit(args, data, text)
     return 0

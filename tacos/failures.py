@@ -123,7 +123,12 @@ def without_failures(
     original = tuple(topology.label(n) for n in survivors)
     described = f"{topology.name} minus {_describe(failed, broken)}"
     return Topology(
-        topology.num_npus - len(failed), links, topology.num_switches, described, original
+        topology.num_npus - len(failed),
+        links,
+        topology.num_switches,
+        described,
+        original,
+        cost=topology.cost,
     )
 
 

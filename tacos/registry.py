@@ -28,6 +28,7 @@ from tacos.importers import chakra as chakra_reader
 from tacos.importers import msccl as msccl_reader
 from tacos.importers import workload as workload_reader
 from tacos.importers.base import Checker, ScheduleReader, TopologyImport, TopologyReader
+from tacos.linkmodel import KEEP_COST, CostChoice
 from tacos.schedule import Schedule
 from tacos.topology import (
     DEFAULT_BANDWIDTH_GBPS,
@@ -75,6 +76,7 @@ FORMATS: tuple[Format, ...] = (
         writer=msccl_writer.WRITER,
     ),
     Format("astra-sim", (".yml", ".yaml"), topology_reader=astrasim.read_network),
+    Format("astra-sim-json", (".json",), topology_reader=astrasim.read_json_network),
     Format("ns-3", (".txt",), topology_reader=ns3.read_topology),
     Format("htsim", (".topo",), topology_reader=htsim.read_topology),
 )
@@ -183,6 +185,8 @@ def import_schedule(
     *,
     collective: CollectiveKind | None = None,
     topology: Topology | None = None,
+    chunk_bytes: int | None = None,
+    cost: CostChoice = KEEP_COST,
 ) -> Schedule:
     """Read a schedule with the reader of the format named ``import_format``."""
     reader = next(
@@ -192,4 +196,6 @@ def import_schedule(
     if reader is None:
         known = ", ".join(sorted(schedule_formats()))
         raise TacosError(f"unknown import format {import_format!r}: use one of {known}")
-    return reader(source, collective=collective, topology=topology)
+    return reader(
+        source, collective=collective, topology=topology, chunk_bytes=chunk_bytes, cost=cost
+    )

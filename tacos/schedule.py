@@ -45,9 +45,11 @@ class Op(StrEnum):
 class Transfer:
     """One chunk crossing one link during ``[start, end]`` microseconds.
 
-    ``deps`` are indices of earlier transfers whose data this one sends: the
-    transfer that brought the chunk to ``src`` or, for a reduction, every
-    transfer that added a contribution to it at ``src``.
+    ``end`` is when the chunk has arrived (and, for a reduction, been added in);
+    how long the link itself stays busy is the topology's link model
+    (:mod:`tacos.linkmodel`). ``deps`` are indices of earlier transfers whose
+    data this one sends: the transfer that brought the chunk to ``src`` or, for a
+    reduction, every transfer that added a contribution to it at ``src``.
     """
 
     chunk: int

@@ -5,8 +5,11 @@ used. Each link serves its transfers one at a time: a link leaving an NPU in
 the order the schedule lists them on it (an NPU runs a program), a link
 leaving a switch in the order they became ready (a switch is a FIFO queue). A
 transfer starts once it is next on its link, the link is idle and all its
-dependencies have completed, and it then takes ``latency + chunk_bytes /
-bandwidth``. The collective time is when the last transfer completes.
+dependencies have completed. The topology's cost model
+(:mod:`tacos.linkmodel`) says how long it keeps the link (``latency +
+chunk_bytes / bandwidth`` in the paper's model, the serialization alone in the
+pipelined one), when it arrives, and how long a reduction then takes before its
+result may be used. The collective time is when the last transfer completes.
 
 For a schedule from :func:`tacos.synthesize` the replay reproduces every
 start and end time exactly; for an imported schedule it gives the time the
@@ -33,9 +36,11 @@ import heapq
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from tacos.errors import TacosError
-from tacos.schedule import Schedule, Transfer, message_chains
+from tacos.linkmodel import CostModel
+from tacos.schedule import Op, Schedule, Transfer, message_chains
 from tacos.topology import Topology
 
 
@@ -55,13 +60,17 @@ class SimulationResult:
         return {k: v / self.collective_time_us for k, v in self.link_busy_us.items()}
 
 
-def simulate(schedule: Schedule, *, sends_in_flight: int | None = None) -> SimulationResult:
+def simulate(
+    schedule: Schedule, *, sends_in_flight: int | None = None, cost: CostModel | None = None
+) -> SimulationResult:
     """Replay ``schedule``; raises TacosError if its dependencies can never all be met.
 
-    ``sends_in_flight`` defaults to the port limit the schedule was made for.
+    ``sends_in_flight`` defaults to the port limit the schedule was made for,
+    ``cost`` to the cost model of its topology.
     """
     ports = schedule.sends_in_flight if sends_in_flight is None else sends_in_flight
-    return _replay(schedule.transfers, schedule.topology, schedule.collective.chunk_bytes, ports)
+    topology = schedule.topology if cost is None else schedule.topology.with_cost(cost)
+    return _replay(schedule.transfers, topology, schedule.collective.chunk_bytes, ports)
 
 
 def replay_times(
@@ -69,14 +78,23 @@ def replay_times(
     topology: Topology,
     chunk_bytes: int,
     sends_in_flight: int | None = None,
+    *,
+    streams: Sequence[int] | None = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Start and end of every transfer when replayed as :func:`simulate` does.
 
     The synthesizer times its schedules with this, so a schedule's recorded
     times are by definition what the link model gives (the verifier still
     checks them independently).
+
+    ``streams`` (one id per transfer) describes programs whose concurrent streams
+    share links, as GPU threadblocks and channels do: each stream sends in the
+    listed order, and an NPU's link serves, of the streams' next transfers that
+    are ready, the one that became ready first (ties: listed first). Importers
+    of such programs time them with it; sorted by start, the result then
+    replays to the same times without streams.
     """
-    result = _replay(transfers, topology, chunk_bytes, sends_in_flight)
+    result = _replay(transfers, topology, chunk_bytes, sends_in_flight, streams)
     return result.start_us, result.end_us
 
 
@@ -85,9 +103,10 @@ def _replay(
     topology: Topology,
     chunk_bytes: int,
     sends_in_flight: int | None,
+    streams: Sequence[int] | None = None,
 ) -> SimulationResult:
     messages = message_chains(transfers, topology) if sends_in_flight is not None else ()
-    return _Replay(transfers, topology, chunk_bytes, sends_in_flight, messages).run()
+    return _Replay(transfers, topology, chunk_bytes, sends_in_flight, messages, streams).run()
 
 
 class _Replay:
@@ -100,19 +119,26 @@ class _Replay:
         chunk_bytes: int,
         sends_in_flight: int | None,
         messages: Sequence[tuple[int, ...]],
+        streams: Sequence[int] | None,
     ) -> None:
         self.transfers = transfers
         self.topology = topology
         self.nbytes = chunk_bytes
         count = len(transfers)
-        # An NPU's link runs its transfers in the listed order (NPUs run programs);
-        # a switch's link serves whatever became ready first (a FIFO queue).
-        self.fixed_order: dict[int, deque[int]] = defaultdict(deque)
+        # An NPU's link runs its transfers in the listed order (NPUs run programs), or
+        # each stream's in that order; a switch's link serves whatever became ready
+        # first (a FIFO queue).
+        self.fixed_order: dict[int, dict[int, deque[int]]] = defaultdict(dict)
         for i in sorted(range(count), key=lambda i: (transfers[i].start, i)):
             if not self.topology.is_switch(transfers[i].src):
-                self.fixed_order[transfers[i].link].append(i)
-        self.fixed_members = {i for queue in self.fixed_order.values() for i in queue}
-        self.fifo: dict[int, list[tuple[float, tuple[int, ...], int]]] = defaultdict(list)
+                queues = self.fixed_order[transfers[i].link]
+                queues.setdefault(0 if streams is None else streams[i], deque()).append(i)
+        self.fixed_members = {i for queues in self.fixed_order.values()
+                              for queue in queues.values() for i in queue}  # fmt: skip
+        self.streams = streams
+        self.ready_at = [0.0] * count
+        self.behind = _chain_behind(transfers, topology, chunk_bytes) if streams else []
+        self.fifo: dict[int, list[tuple[float, tuple[float | int, ...], int]]] = defaultdict(list)
         self.waiting = [len(set(t.deps)) for t in transfers]
         self.dependants: list[list[int]] = [[] for _ in range(count)]
         for i, t in enumerate(transfers):
@@ -123,11 +149,31 @@ class _Replay:
         self.link_idle: defaultdict[int, bool] = defaultdict(lambda: True)
         self.busy_time: defaultdict[int, float] = defaultdict(float)
         self.completions: list[tuple[float, int]] = []
+        # Links that free before their transfer completes (pipelined links, reductions).
+        self.link_frees: list[tuple[float, int]] = []
+        self.frees_early: set[int] = set()
+        self._link_times: dict[int, tuple[float, float]] = {}
         # Optional one-port NPUs: a message holds its sender's port until it arrives.
         self.ports = sends_in_flight
         self.outstanding: defaultdict[int, int] = defaultdict(int)
         self.port_queue: defaultdict[int, list[int]] = defaultdict(list)
         self.message_end = {hops[-1]: hops[0] for hops in messages}  # last hop -> first hop
+
+    def link_times(self, link_id: int) -> tuple[float, float]:
+        """(arrival, busy) time of a message on the link, by the cost model (cached)."""
+        times = self._link_times.get(link_id)
+        if times is None:
+            link, cost = self.topology.links[link_id], self.topology.cost
+            arrival_us = cost.arrival_us(link, self.nbytes)
+            busy_us = arrival_us if cost.link_model == "paper" else cost.busy_us(link, self.nbytes)
+            times = self._link_times[link_id] = (arrival_us, busy_us)
+        return times
+
+    @cached_property
+    def reduce_us(self) -> float:
+        """Time to add a chunk in (asked for at the first reduction, so that spreads never
+        stumble on a reduce bandwidth they do not use)."""
+        return self.topology.reduce_time_us(self.nbytes)
 
     def run(self) -> SimulationResult:
         for i in range(len(self.transfers)):
@@ -139,13 +185,20 @@ class _Replay:
             # Everything that completes at one instant is applied before anything new
             # starts, so the outcome never depends on the order of simultaneous events.
             now = self.completions[0][0]
+            if self.link_frees and self.link_frees[0][0] < now:
+                now = self.link_frees[0][0]
             links_to_try: set[int] = set()
+            while self.link_frees and self.link_frees[0][0] == now:
+                _, link_id = heapq.heappop(self.link_frees)
+                self.link_idle[link_id] = True
+                links_to_try.add(link_id)
             while self.completions and self.completions[0][0] == now:
                 _, i = heapq.heappop(self.completions)
                 finished += 1
                 t = self.transfers[i]
-                self.link_idle[t.link] = True
-                links_to_try.add(t.link)
+                if i not in self.frees_early:
+                    self.link_idle[t.link] = True
+                    links_to_try.add(t.link)
                 if i in self.message_end:
                     # A freed port goes to a message already waiting for it, as ASTRA-sim
                     # reissues waiting sends when the send completes.
@@ -155,6 +208,7 @@ class _Replay:
                 for j in self.dependants[i]:
                     self.waiting[j] -= 1
                     if self.waiting[j] == 0:
+                        self.ready_at[j] = now
                         if j not in self.fixed_members:
                             self.enqueue(j, now)
                         links_to_try.add(self.transfers[j].link)
@@ -174,20 +228,28 @@ class _Replay:
 
         A switch serves in order of readiness; ties go by what the transfer is (chunk,
         op, the link it came in on), not by its position, so that re-sorting a schedule
-        cannot change its replay.
+        cannot change its replay. Pipelined links (ASTRA-sim's) let the message that
+        entered the fabric first go first, then the one from the lower link (measured:
+        then bundles through a switch replay within 0.03%).
         """
         t = self.transfers[i]
         came_in_on = tuple(self.transfers[d].link for d in t.deps)
-        identity = (t.chunk, t.op == "reduce", *came_in_on)
+        identity: tuple[float | int, ...] = (t.chunk, t.op == "reduce", *came_in_on)
+        if self.topology.cost.link_model == "pipelined":
+            identity = (*(self.start[d] for d in t.deps), *came_in_on, t.chunk, t.op == "reduce")
         heapq.heappush(self.fifo[t.link], (ready, identity, i))
 
     def next_on(self, link_id: int) -> int | None:
         """The transfer the idle link would serve next, if one is ready."""
         if not self.link_idle[link_id]:
             return None
-        queue = self.fixed_order.get(link_id)
-        if queue:
-            return queue[0] if self.waiting[queue[0]] == 0 else None
+        queues = self.fixed_order.get(link_id)
+        if queues and len(queues) == 1:  # one program on the link: its next transfer
+            (queue,) = queues.values()
+            return queue[0] if queue and self.waiting[queue[0]] == 0 else None
+        if queues:
+            heads = [q[0] for q in queues.values() if q and self.waiting[q[0]] == 0]
+            return min(heads, key=lambda i: (self.ready_at[i], -self.behind[i], i), default=None)
         fifo = self.fifo.get(link_id)
         return fifo[0][2] if fifo else None
 
@@ -227,12 +289,40 @@ class _Replay:
 
     def begin(self, i: int, now: float) -> None:
         link_id = self.transfers[i].link
-        if self.fixed_order.get(link_id):
-            self.fixed_order[link_id].popleft()
+        if i in self.fixed_members:
+            self.fixed_order[link_id][0 if self.streams is None else self.streams[i]].popleft()
         else:
             heapq.heappop(self.fifo[link_id])
         self.link_idle[link_id] = False
         self.start[i] = now
-        self.end[i] = now + self.topology.links[link_id].transfer_time_us(self.nbytes)
-        self.busy_time[link_id] += self.end[i] - now
+        arrival_us, busy_us = self.link_times(link_id)
+        self.end[i] = now + arrival_us
+        if self.transfers[i].op is Op.REDUCE:
+            self.end[i] += self.reduce_us
+        free_at = now + busy_us
+        if free_at != self.end[i]:
+            self.frees_early.add(i)
+            heapq.heappush(self.link_frees, (free_at, link_id))
+        self.busy_time[link_id] += free_at - now
         heapq.heappush(self.completions, (self.end[i], i))
+
+
+def _chain_behind(
+    transfers: Sequence[Transfer], topology: Topology, chunk_bytes: int
+) -> list[float]:
+    """Per transfer, the longest chain of arrival times from its start through its dependants.
+
+    Streams sharing a link serve, of transfers ready at the same time, the one
+    with the most work behind it first (critical path first, as list schedulers do).
+    """
+    dependants: list[list[int]] = [[] for _ in transfers]
+    for i, t in enumerate(transfers):
+        for d in t.deps:
+            dependants[d].append(i)
+    order = sorted(range(len(transfers)), key=lambda i: transfers[i].start, reverse=True)
+    behind = [0.0] * len(transfers)
+    for i in order:
+        link = topology.links[transfers[i].link]
+        own = topology.cost.arrival_us(link, chunk_bytes)
+        behind[i] = own + max((behind[j] for j in dependants[i]), default=0.0)
+    return behind

@@ -104,9 +104,10 @@ Row = dict[str, str]
 
 # ------------------------------------------------------------------ dimensions
 def dimensions(topology: Topology) -> tuple[int, ...] | None:
-    """Sizes of the dimensions the topology's links run along (its structure), or None."""
+    """Sizes of the dimensions the NPU-to-NPU links run along (its structure), or None."""
     structure = topology.structure
-    return structure.dims if structure is not None and structure.dims else None
+    direct = not topology.num_switches  # a switch's links join no two NPUs of a dimension
+    return structure.dims if structure is not None and structure.dims and direct else None
 
 
 def link_dimension(link: Link, dims: Sequence[int]) -> int:

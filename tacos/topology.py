@@ -27,7 +27,7 @@ import math
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from tacos import clusters
 from tacos.errors import TacosError, describe
 from tacos.jsonfile import parse_json
 from tacos.limits import MAX_LINK_TIME_US, MAX_LINKS, MAX_NODES, check_count
+from tacos.linkmodel import CostModel
 
 GIB = 2**30
 DEFAULT_BANDWIDTH_GBPS = 50.0
@@ -72,10 +73,12 @@ class Structure:
     """How a generated topology is built, so that tools read it instead of parsing names.
 
     ``kind`` is its generator: ``ring``, ``fully-connected``, ``switch``, ``mesh``,
-    ``torus``, ``hypercube``, ``fat-tree``, ``dgx`` or ``xgmi``. ``dims`` are the
+    ``torus``, ``hypercube``, ``fat-tree``, ``dgx`` or ``xgmi``, or ``astra-sim``
+    for a network read from several ASTRA-sim dimensions. ``dims`` are the
     sizes of the dimensions its links run along, dimension 0 fastest as
-    :meth:`Topology.grid` numbers nodes: a mesh's or torus's grid sizes, and ``D``
-    twos for ``hypercube:D`` (its bits); the other kinds have none.
+    :meth:`Topology.grid` numbers nodes: a mesh's or torus's grid sizes, ``D``
+    twos for ``hypercube:D`` (its bits), an ASTRA-sim network's ``npus_count``;
+    the other kinds have none.
 
     >>> Topology.grid((4, 2), wrap=True).structure
     Structure(kind='torus', dims=(4, 2))
@@ -96,6 +99,7 @@ class Topology:
     ``original_ids`` maps each node to its id before failed parts were removed
     (:func:`tacos.failures.without_failures`); empty means unchanged.
     ``structure`` says how a generator built it (None: a file or a changed network).
+    ``cost`` is how its links and NPUs spend time (:mod:`tacos.linkmodel`).
     """
 
     num_npus: int
@@ -104,6 +108,7 @@ class Topology:
     name: str = ""
     original_ids: tuple[int, ...] = ()
     structure: Structure | None = None
+    cost: CostModel = CostModel()
 
     def __post_init__(self) -> None:
         if self.num_npus < 1:
@@ -168,12 +173,43 @@ class Topology:
             )
         return times
 
+    def link_busy_times_us(self, nbytes: int) -> list[float]:
+        """Per link, how long one message of ``nbytes`` keeps it from the next one.
+
+        The paper's link model holds a link until the message arrives (these are
+        :meth:`link_times_us`); the pipelined one frees it after serialization.
+        """
+        arrival = self.link_times_us(nbytes)
+        if self.cost.link_model == "paper":
+            return arrival
+        return [self.cost.busy_us(link, nbytes) for link in self.links]
+
+    def reduce_time_us(self, nbytes: int) -> float:
+        """How long an NPU takes to reduce ``nbytes`` into its own copy (0: free).
+
+        Refused, as link times are, when it would exceed any realistic time.
+        """
+        reduce_us = self.cost.reduce_us(nbytes)
+        if not reduce_us <= MAX_LINK_TIME_US:
+            raise TacosError(
+                f"topology {self.name!r}: reducing {nbytes} bytes at "
+                f"{self.cost.reduce_bandwidth_GBps:g} GB/s takes more than "
+                f"{MAX_LINK_TIME_US:g} us; use a realistic reduce bandwidth"
+            )
+        return reduce_us
+
+    def with_cost(self, cost: CostModel) -> Topology:
+        """The same network timed by ``cost``."""
+        return replace(self, cost=cost)
+
     def transposed(self) -> Topology:
         """Every link reversed, ids kept: link ``i`` of the result is link ``i`` backwards."""
         reversed_links = tuple(
             Link(link.dst, link.src, link.bandwidth_GBps, link.latency_us) for link in self.links
         )
-        return Topology(self.num_npus, reversed_links, self.num_switches, self.name + "^T")
+        return Topology(
+            self.num_npus, reversed_links, self.num_switches, self.name + "^T", cost=self.cost
+        )
 
     def members_only(self, members: Sequence[int]) -> Topology:
         """The network as a collective of ``members`` alone sees it: ``members[i]`` is NPU
@@ -380,6 +416,8 @@ class Topology:
             data["original_ids"] = list(self.original_ids)
         if self.structure is not None:
             data["structure"] = {"kind": self.structure.kind, "dims": list(self.structure.dims)}
+        if not self.cost.is_default:
+            data["cost"] = self.cost.to_dict()
         data["links"] = [[lk.src, lk.dst, lk.bandwidth_GBps, lk.latency_us] for lk in self.links]
         return data
 
@@ -432,11 +470,13 @@ class Topology:
             str(data.get("name", "")),
             tuple(_as_int(x, f"{source}: original_ids") for x in original),
             _structure_from_json(data.get("structure"), f"{source}: structure"),
+            CostModel.from_dict(data.get("cost", {}), f"{source}: cost"),
         )
 
 
 _JSON_FIELDS = (
-    "format", "version", "name", "npus", "switches", "original_ids", "structure", "links",
+    "format", "version", "name", "npus", "switches", "original_ids", "structure", "cost",
+    "links",
 )  # fmt: skip
 
 

@@ -25,3 +25,5 @@ def _shared_dir() -> Path:
 SHARED_DIR = _shared_dir()
 REFERENCE_DIR = Path(os.environ.get("TACOS_REFERENCE_DIR", SHARED_DIR / "reference"))
 ASTRA_SIM_TOOL_DIR = SHARED_DIR / "tools" / "astra-sim"
+ASTRA_SIM_MASTER_DIR = SHARED_DIR / "tools" / "astra-sim-master"
+"""ASTRA-sim master (2026): reduce-scatter-implementation-custom, per-node ETs."""

@@ -18,11 +18,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from paths import ASTRA_SIM_TOOL_DIR
+from paths import ASTRA_SIM_MASTER_DIR, ASTRA_SIM_TOOL_DIR, REFERENCE_DIR
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.exporters import chakra
+from tacos.exporters.astra_config import REMOTE_MEMORY, system_config
+from tacos.formats.astrasim import AnalyticalNetwork, network_yaml
+from tacos.formats.chakra import write_et
+from tacos.importers.chakra import import_schedule
+from tacos.linkmodel import CostChoice, CostModel
 
 BINARY = os.environ.get("ASTRA_SIM_BIN") or str(
     ASTRA_SIM_TOOL_DIR / "bin" / "AstraSim_Analytical_Congestion_Aware"
@@ -132,3 +137,104 @@ def test_one_port_schedules_replay_as_synthesized_on_both_routes(tmp_path, spec,
     assert max(finish.values()) == pytest.approx(simulated_ns, rel=0.06)
     if not spec.startswith("switch"):  # direct links replay to the nanosecond
         assert max(finish.values()) == pytest.approx(simulated_ns, abs=10)
+
+
+AWARE = "bin/AstraSim_Analytical_Congestion_Aware"
+BUILDS = {
+    name: str(folder / AWARE)
+    for name, folder in (("c459ab6", ASTRA_SIM_TOOL_DIR), ("master", ASTRA_SIM_MASTER_DIR))
+    if (folder / AWARE).exists()
+}
+"""The prebuilt ASTRA-sim builds present (run.sh picks Congestion_Unaware beside them)."""
+HGX = REFERENCE_DIR / "astra-sim/network/analytical/HGX-H100-validated.yml"
+TPU_TORUS = Path(__file__).parent / "data/astra-sim/network/tpu_v3_32_2dtorus.yml"
+
+
+def replay_on(build: str, bundle: Path, *route: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bundle / "run.sh"), *route],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ASTRA_SIM_BIN": BUILDS[build]},
+        timeout=300,
+        check=False,
+    )
+
+
+def slowest_ns(result: subprocess.CompletedProcess[str]) -> int:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return max(int(t) for _, t in FINISHED.findall(result.stdout))
+
+
+def exported(tmp_path: Path, topology: tacos.Topology, kind: CollectiveKind) -> tuple[Path, float]:
+    schedule = tacos.synthesize(topology, Collective(kind, tuple(topology.npus), 1, 2**20), seed=1)
+    chakra.export([schedule], tmp_path / "bundle")
+    return tmp_path / "bundle", tacos.simulate(schedule).collective_time_us * 1000
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("kind", CORE)
+@pytest.mark.parametrize("network", ["switch:8", "HGX-H100-validated"])
+def test_switch_networks_replay_within_2_percent_on_pipelined_links(tmp_path, network, kind, build):
+    if network.startswith("HGX") and not HGX.exists():
+        pytest.skip("reference files absent")
+    topology = tacos.load_topology(str(HGX) if network.startswith("HGX") else network)
+    bundle, predicted_ns = exported(tmp_path, topology.with_cost(CostModel("pipelined")), kind)
+    assert slowest_ns(replay_on(build, bundle)) == pytest.approx(predicted_ns, rel=0.02)
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("network", ["torus2d:3x5", "hypercube:3", "tpu_v3_32_2dtorus"])
+def test_multi_dimensional_networks_run_on_congestion_unaware(tmp_path, network, build):
+    path = TPU_TORUS if network.startswith("tpu") else None
+    topology = tacos.load_topology(str(path) if path else network)
+    bundle, predicted_ns = exported(tmp_path, topology, CollectiveKind.ALL_REDUCE)
+    assert "npus_count: [ " in (bundle / "network.yml").read_text()
+    assert ", " in (bundle / "network.yml").read_text().splitlines()[1]  # several dimensions
+    assert slowest_ns(replay_on(build, bundle)) == pytest.approx(predicted_ns, rel=0.02)
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_reduce_scatter_runs_as_synthesized_on_every_build(tmp_path, build):
+    bundle, predicted_ns = exported(
+        tmp_path, tacos.from_spec("ring:8"), CollectiveKind.REDUCE_SCATTER
+    )
+    system = json.loads((bundle / "system.json").read_text())
+    # listing a native reduce-scatter would let c459ab6 run it instead of ours, silently
+    assert "reduce-scatter-implementation" not in system
+    assert system["reduce-scatter-implementation-custom"] == ["et/tacos"]
+    result = replay_on(build, bundle)
+    assert slowest_ns(result) == pytest.approx(predicted_ns, rel=0.02)
+    fell_back = "rerunning the traces on the all-reduce key" in result.stderr
+    assert fell_back is (build == "c459ab6")
+    assert slowest_ns(replay_on(build, bundle, "carrier")) == pytest.approx(predicted_ns, rel=0.02)
+
+
+CONVERTER_DIR = Path(__file__).parent / "data/astra-sim/converter"
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("name", ["ag_recdbl_8", "ag_allpairs_8_LL128"])
+def test_imported_converter_traces_predict_what_astra_sim_runs_them_in(tmp_path, name, build):
+    """ASTRA-sim's own converter ETs (messages of 1, 2 and 4 chunks in recursive doubling),
+    run as a custom All-Gather on a FullyConnected network, finish when their import says."""
+    schedule = import_schedule(CONVERTER_DIR / name, cost=CostChoice("pipelined"))
+    (tmp_path / "et").mkdir()
+    for path in CONVERTER_DIR.glob(f"{name}.*.et"):
+        shutil.copy(path, tmp_path / "et" / path.name)
+    system = {**system_config(), "all-gather-implementation-custom": [f"et/{name}"]}
+    (tmp_path / "system.json").write_text(json.dumps(system))
+    (tmp_path / "memory.json").write_text(json.dumps(REMOTE_MEMORY))
+    (tmp_path / "network.yml").write_text(
+        network_yaml([AnalyticalNetwork("FullyConnected", 8, 50.0, 500.0)])
+    )
+    for rank, (metadata, nodes) in chakra.workload_traces(schedule, 2).items():
+        write_et(tmp_path / "workload" / f"all_gather.{rank}.et", metadata, nodes)
+    result = subprocess.run(
+        [BUILDS[build], f"--workload-configuration={tmp_path}/workload/all_gather",
+         f"--system-configuration={tmp_path}/system.json",
+         f"--network-configuration={tmp_path}/network.yml",
+         f"--remote-memory-configuration={tmp_path}/memory.json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert slowest_ns(result) == pytest.approx(schedule.collective_time_us * 1000, rel=0.001)

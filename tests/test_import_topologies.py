@@ -6,18 +6,23 @@ counts and the per-class bandwidth and latency the tool itself would build.
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from paths import REFERENCE_DIR
 
+from tacos.cli import main
 from tacos.errors import TacosError
-from tacos.exporters.astra_config import analytical_network
+from tacos.exporters.astra_config import analytical_dims, analytical_network
+from tacos.formats.astrasim import network_yaml
 from tacos.importers.astrasim import read_network
 from tacos.importers.htsim import read_topology as read_htsim
 from tacos.importers.ns3 import read_topology as read_ns3
 from tacos.registry import import_topology, load_topology, reads_topology
-from tacos.topology import GIB
+from tacos.topology import GIB, Topology, from_spec
 
 NETWORK_DIR = REFERENCE_DIR / "astra-sim" / "network"
 pytestmark = pytest.mark.skipif(not NETWORK_DIR.is_dir(), reason="reference files absent")
@@ -295,3 +300,88 @@ def test_unknown_suffixes_are_not_imported_and_missing_files_are_named():
     assert not reads_topology("ring.csv") and not reads_topology("ring:8")
     with pytest.raises(TacosError, match="missing.yml: no such topology file"):
         load_topology("missing.yml")
+
+
+DATA_DIR = Path(__file__).parent / "data" / "astra-sim" / "network"
+"""Real ASTRA-sim files that ../shared/reference does not have (see tests/data/README.md)."""
+
+
+def test_astra_sim_1_analytical_json_imports_its_dimensions():
+    imported = import_topology(DATA_DIR / "sample_Torus2D.json")  # ASTRA-sim 1.0's 2D torus
+    topology = imported.topology
+    assert (topology.num_npus, topology.num_switches, len(topology.links)) == (16, 0, 64)
+    assert classes(topology) == {(32.0, 0.001): 32, (16.0, 0.001): 32}
+    assert neighbours(topology, 0) == [1, 3, 4, 12]  # dimension 0 fastest
+    assert topology.structure is not None and topology.structure.dims == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("sample_8nodes_1D.json", "ns-3 frontend configuration"),
+        ("system.json", "system configuration"),
+        ("memory.json", "remote memory configuration"),
+    ],
+)
+def test_astra_sim_json_that_describes_no_network_says_what_it_is(tmp_path, name, says, capsys):
+    path = DATA_DIR / name
+    if not path.exists():
+        texts = {"system.json": '{"scheduling-policy": "LIFO", "preferred-dataset-splits": 4}',
+                 "memory.json": '{"memory-type": "NO_MEMORY_EXPANSION"}'}  # fmt: skip
+        path = tmp_path / name
+        path.write_text(texts[name])
+    for argv in (["import", path], ["synthesize", "--topology", path]):
+        assert main([str(a) for a in argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and says in err and "give the" in err
+
+
+def test_a_tacos_topology_json_still_imports(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(Topology.ring(4).to_dict()))
+    assert import_topology(path).topology.links == Topology.ring(4).links
+
+
+@pytest.mark.parametrize(
+    "name", ["tpu_v3_32_2dtorus.yml", "hgx_h100_32gpu.yml", "sample_Torus2D.json"]
+)
+def test_multi_dimensional_networks_go_back_to_astra_sim_as_they_came(name):
+    topology = load_topology(str(DATA_DIR / name))
+    dims = analytical_dims(topology)
+    assert dims is not None and len(dims) > 1
+    again = read_network(network_yaml(dims), "again.yml").topology
+    assert again.links == topology.links and again.num_switches == topology.num_switches
+
+
+@pytest.mark.parametrize(
+    ("spec", "kinds"),
+    [("torus2d:3x5", ["Ring", "Ring"]), ("hypercube:3", ["Ring"] * 3),
+     ("mesh2d:2x2", ["Ring", "Ring"]), ("torus3d:2x3x4", ["Ring"] * 3)],
+)  # fmt: skip
+def test_tori_hypercubes_and_meshes_of_side_2_are_astra_sim_networks(spec, kinds):
+    dims = analytical_dims(from_spec(spec))
+    assert dims is not None and [d.kind for d in dims] == kinds
+    again = read_network(network_yaml(dims), "n.yml").topology
+    assert Counter(again.links) == Counter(from_spec(spec).links)  # in ASTRA-sim's order
+
+
+@pytest.mark.parametrize("spec", ["mesh2d:3x3", "mesh2d:2x4"])
+def test_meshes_with_longer_sides_have_no_astra_sim_network(spec):
+    assert analytical_dims(from_spec(spec)) is None  # a Ring would add the wrap-around link
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("ENABLE_QCN 1\nTOPOLOGY_FILE ../topology/8_nodes_1_switch_topology.txt\n",
+         "ns-3 simulation config, not a topology; give the topology file its TOPOLOGY_FILE "
+         "names (../topology/8_nodes_1_switch_topology.txt)"),
+        ("DATA\n1\nallreduce -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 1048576 1\n",
+         "ASTRA-sim text workload (DATA), not a network"),
+    ],
+)  # fmt: skip
+def test_other_txt_files_are_named_with_the_file_to_give(tmp_path, text, says):
+    path = tmp_path / "given.txt"
+    path.write_text(text)
+    with pytest.raises(TacosError, match=re.escape(f"{path}: this is an {says}")):
+        import_topology(path)

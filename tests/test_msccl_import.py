@@ -8,6 +8,7 @@ import pytest
 from paths import REFERENCE_DIR
 
 import tacos
+from tacos.cli import export_main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.exporters import msccl as exporter
@@ -101,3 +102,59 @@ def test_a_file_that_fails_the_check_is_not_imported():
     broken = path.read_text().replace(good, good.replace('srcoff="1"', 'srcoff="2"'), 1)
     with pytest.raises(TacosError, match="cannot import: .*race on gpu 0"):
         to_schedule(msccl.load(broken.encode(), "bc.xml"))
+
+
+LINK_US = 0.5 + 2**20 / (50 * 2**30) * 1e6
+CORE = (K.ALL_GATHER, K.REDUCE_SCATTER, K.ALL_REDUCE)
+needs_reference = pytest.mark.skipif(
+    not (REFERENCE_DIR / "msccl").is_dir(), reason="reference files absent"
+)
+DATA_DIR = Path(__file__).parent / "data" / "astra-sim" / "converter"
+
+
+@needs_reference
+def test_two_channels_of_a_ring_run_side_by_side():
+    # msccl-tools' allgather_ring.py 8 2: each link carries 7 chunks, one after the other,
+    # as ASTRA-sim runs the same algorithm through its converter (140.2 us)
+    schedule = import_schedule(REFERENCE_DIR / "msccl" / "ag_ring_8ch2_Simple.xml")
+    assert schedule.collective_time_us == pytest.approx(7 * LINK_US)
+    assert tacos.simulate(schedule).collective_time_us == schedule.collective_time_us
+
+
+ROUND_TRIPS = [
+    *[(spec, kind, 1) for spec in ("ring:8", "torus2d:3x3", "mesh2d:2x3", "hypercube:3",
+                                   "fully-connected:4") for kind in CORE],
+    # several channels share a link; ties go to the longest chain behind (the ring's order)
+    *[("ring:8", kind, channels) for kind in CORE for channels in (2, 4)],
+    ("torus2d:3x3", K.ALL_GATHER, 4),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "kind", "nchannels"), ROUND_TRIPS, ids=str)
+def test_the_round_trip_through_xml_keeps_the_synthesized_time(tmp_path, spec, kind, nchannels):
+    topology = tacos.from_spec(spec)
+    schedule = tacos.synthesize(topology, Collective(kind, tuple(topology.npus), 1, 2**20))
+    xml = tmp_path / "algo.xml"
+    exporter.export([schedule], xml, exporter.MscclOptions(nchannels=nchannels))
+    back = import_schedule(xml, topology=topology)
+    assert back.collective_time_us == schedule.collective_time_us
+    assert tacos.verify(back).ok
+
+
+@needs_reference
+def test_chunks_take_the_size_asked_for(tmp_path):
+    out = tmp_path / "s.json"
+    xml = REFERENCE_DIR / "msccl" / "ag_ring_8ch2_Simple.xml"
+    code = export_main(["--from", "msccl", str(xml), "--chunk-size", "64KiB", "--format", "json",
+                        "-o", str(out)])  # fmt: skip
+    schedule = tacos.Schedule.load(out)
+    assert code == 0 and schedule.collective.chunk_bytes == 65536
+    link_us = 0.5 + 65536 / (50 * 2**30) * 1e6
+    assert schedule.collective_time_us == pytest.approx(7 * link_us)
+
+
+def test_msccl_tools_one_step_all_reduce_imports_with_its_local_reductions():
+    schedule = import_schedule(DATA_DIR / "ar_1step_4_LL.xml")
+    assert schedule.collective.kind is K.ALL_REDUCE and tacos.verify(schedule).ok
+    # every rank sends its whole buffer to every other rank at once: 4 chunks per link
+    assert schedule.collective_time_us == pytest.approx(4 * LINK_US)

@@ -71,6 +71,8 @@ def fast_unsupported(
     topology: Topology, collectives: tuple[Collective, ...], sends_in_flight: int | None
 ) -> str | None:
     """Why the fast engine cannot synthesize this problem, or None when it can."""
+    if not topology.cost.is_default:
+        return f"it models the paper's links and free reductions, not {topology.cost.describe()}"
     if len(collectives) != 1:
         return "several tenants share the links"
     (spec,) = collectives

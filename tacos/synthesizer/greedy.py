@@ -5,7 +5,7 @@ they are to the nodes that want them. Time moves from event to event (a
 transfer arrives, a link frees, a chunk becomes available). At each event,
 every idle link ``u -> v`` that could do something is matched with one chunk
 that ``u`` holds and ``v`` neither holds nor is already receiving; the link is
-then busy for ``latency + chunk_bytes / bandwidth``. Because every link frees
+then busy as the topology's link model says (:mod:`tacos.linkmodel`). Because every link frees
 at its own time, heterogeneous links need no common time step.
 
 Links are used through :mod:`routes <tacos.synthesizer.routes>`: a direct
@@ -166,7 +166,8 @@ class _SpreadState:
         self.rng = rng
         self.policy = policy
         self.index_offset = index_offset
-        self.durations = topology.link_times_us(chunk_bytes)
+        self.durations = topology.link_times_us(chunk_bytes)  # start to arrival
+        self.busy = topology.link_busy_times_us(chunk_bytes)  # start to the link's next use
         n = topology.num_nodes
         self.holds = [0] * n
         self.incoming = [0] * n
@@ -348,9 +349,9 @@ class _SpreadState:
         for hop, (link_id, (start, end)) in enumerate(
             zip(links, self._hop_times(links, now), strict=True)
         ):
-            self.free_at[link_id] = end
+            self.free_at[link_id] = start + self.busy[link_id]
             if hop == 0:
-                self.push(end, _LINK_FREE, -1, link_id)
+                self.push(self.free_at[link_id], _LINK_FREE, -1, link_id)
             transfer = Transfer(
                 chunk, nodes[hop], nodes[hop + 1], link_id, start, end, Op.COPY, deps
             )
