@@ -21,7 +21,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tacos.synthesizer._kernels import mt_next32, nth_bit, popcount, randbelow, shuffle
+from tacos.synthesizer._kernels import (
+    C_HEAP,
+    NUM_COUNTERS,
+    heap_pop,
+    heap_push,
+    mt_next32,
+    nth_bit,
+    popcount,
+    randbelow,
+    shuffle,
+)
 
 AVAILABLE, ARRIVED, LINK_FREE = 0, 1, 2
 """Event kinds, as in the reference."""
@@ -602,7 +612,7 @@ def replay(
     idle = np.ones(num_links, np.bool_)
     done_time = np.empty(count)
     done_index = np.empty(count, np.int64)
-    done_size = 0
+    done = np.zeros(NUM_COUNTERS, np.int64)  # done[C_HEAP]: the heap's size
     finished = 0
     to_try = np.zeros(num_links, np.bool_)
     tried = np.empty(num_links, np.int64)
@@ -633,14 +643,13 @@ def replay(
             idle[lk] = False
             start[i] = now
             end[i] = now + link_time[lk]
-            done_size = _done_push(done_time, done_index, done_size, end[i], i)
+            heap_push(done_time, done_index, done, end[i], i)
         num_tried = 0
-        if done_size == 0:
+        if done[C_HEAP] == 0:
             break
         now = done_time[0]
-        while done_size > 0 and done_time[0] == now:
-            i = done_index[0]
-            done_size = _done_pop(done_time, done_index, done_size)
+        while done[C_HEAP] > 0 and done_time[0] == now:
+            i = heap_pop(done_time, done_index, done)
             finished += 1
             lk = link[i]
             idle[lk] = True
@@ -706,41 +715,6 @@ def _dequeue(lk: int, segment: np.ndarray, head: np.ndarray, queue: np.ndarray,
     return top
 
 
-@njit(cache=True, inline="always")
-def _done_push(times: np.ndarray, index: np.ndarray, size: int, t: float, i: int) -> int:
-    k = size
-    while k > 0:
-        parent = (k - 1) >> 1
-        if times[parent] < t or (times[parent] == t and index[parent] < i):
-            break
-        times[k], index[k] = times[parent], index[parent]
-        k = parent
-    times[k], index[k] = t, i
-    return size + 1
-
-
-@njit(cache=True, inline="always")
-def _done_pop(times: np.ndarray, index: np.ndarray, size: int) -> int:
-    n = size - 1
-    t, i = times[n], index[n]
-    k = 0
-    while True:
-        child = 2 * k + 1
-        if child >= n:
-            break
-        if child + 1 < n and (
-            times[child + 1] < times[child]
-            or (times[child + 1] == times[child] and index[child + 1] < index[child])
-        ):
-            child += 1
-        if t < times[child] or (t == times[child] and i < index[child]):
-            break
-        times[k], index[k] = times[child], index[child]
-        k = child
-    times[k], index[k] = t, i
-    return n
-
-
 # ---------------------------------------------------------------- distances between NPUs
 @njit(cache=True)
 def nearest_first(
@@ -762,14 +736,15 @@ def nearest_first(
     settled = np.zeros(num_nodes, np.bool_)
     heap_d = np.empty(into_src.shape[0] + 1)
     heap_n = np.empty(into_src.shape[0] + 1, np.int64)
+    size = np.zeros(NUM_COUNTERS, np.int64)  # size[C_HEAP]: the heap's size
     for target in targets:
         dist[:] = np.inf
         settled[:] = False
         dist[target] = 0.0
-        size = _done_push(heap_d, heap_n, 0, 0.0, target)
-        while size > 0:
-            d, node = heap_d[0], heap_n[0]
-            size = _done_pop(heap_d, heap_n, size)
+        heap_push(heap_d, heap_n, size, 0.0, target)
+        while size[C_HEAP] > 0:
+            d = heap_d[0]
+            node = heap_pop(heap_d, heap_n, size)
             if settled[node]:
                 continue
             settled[node] = True
@@ -777,7 +752,7 @@ def nearest_first(
                 prev = into_src[k]
                 if d + into_us[k] < dist[prev]:
                     dist[prev] = d + into_us[k]
-                    size = _done_push(heap_d, heap_n, size, dist[prev], prev)
+                    heap_push(heap_d, heap_n, size, dist[prev], prev)
         reached = np.nonzero(settled)[0]
         reached = reached[reached != target]
         order = reached[np.argsort(dist[reached], kind="mergesort")]
