@@ -11,7 +11,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -196,39 +196,47 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
     """Raise :class:`_Terminated` where the program is, so that every cleanup runs.
 
-    Python swallows an exception raised while a ``__del__`` runs ("Exception
-    ignored in ..."), and numba's compiler finalizes LLVM objects that way, so a
-    signal landing there would be lost and the command would finish as if never
-    stopped. Then the raise is retried from a timer, once outside the finalizer.
+    Python swallows an exception raised while a ``__del__`` or a ctypes
+    callback runs ("Exception ignored in ..."), and numba's compiler runs
+    both (it finalizes LLVM objects, llvmlite calls back into Python), so a
+    signal landing there would be lost and the command would finish as if
+    never stopped. So the stop stays pending, a swallowed one is not printed
+    (:func:`_quiet_unraisable`), and a timer raises it again until it is
+    unwinding (:func:`_retry_stop`).
     """
-    if _in_finalizer(frame):
-        _deferred_stop.append(signum)
-        signal.setitimer(signal.ITIMER_REAL, _RETRY_STOP_SECONDS)
-        return
+    _pending_stop[:] = [signum]
+    signal.setitimer(signal.ITIMER_REAL, _RETRY_STOP_SECONDS, _RETRY_STOP_SECONDS)
     raise _Terminated(signum)
 
 
 def _retry_stop(_signum: int, frame: FrameType | None) -> None:
-    """SIGALRM after a stop signal that landed in a finalizer: raise it now."""
-    if _deferred_stop:
-        _raise_terminated(_deferred_stop.pop(), frame)
+    """SIGALRM while a stop is pending: raise it again, unless it is already unwinding."""
+    if _pending_stop and not isinstance(sys.exc_info()[1], _Terminated):
+        _raise_terminated(_pending_stop[0], frame)
 
 
-def _in_finalizer(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
+def _quiet_unraisable(
+    previous: Callable[[Any], object],
+) -> Callable[[Any], object]:
+    """An ``unraisablehook`` dropping swallowed stops (they are raised again), passing the rest."""
+
+    def hook(unraisable: Any) -> object:
+        if isinstance(unraisable.exc_value, _Terminated):
+            return None
+        return previous(unraisable)
+
+    return hook
 
 
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in _CLEANUP_SIGNALS}
     previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, _retry_stop)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable(previous_hook)
     try:
         with protect_inputs(_input_paths(args)):
             return int(args.handler(args))
@@ -246,15 +254,16 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         return 0
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        _deferred_stop.clear()
+        _pending_stop.clear()
+        sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
 _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _RETRY_STOP_SECONDS = 0.01
-_deferred_stop: list[int] = []
-"""A stop signal that arrived inside a finalizer, waiting for :func:`_retry_stop`."""
+_pending_stop: list[int] = []
+"""The stop signal received, pending until the command ends (see :func:`_raise_terminated`)."""
 
 
 def _output_path(text: str) -> Path:

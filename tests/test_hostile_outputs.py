@@ -302,3 +302,35 @@ def test_a_signal_arriving_inside_a_finalizer_still_stops_the_command(tmp_path):
     )  # fmt: skip
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert time.monotonic() - started < 20, "the stop waited for the command to finish"
+
+
+STOP_SWALLOWED_BY_A_CALLBACK = """
+import argparse, ctypes, os, signal, sys, time
+from tacos import cli
+
+def handler(args):
+    def inside():  # numba's compiler calls back into Python like this
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the stop is raised here, and ctypes swallows it
+    ctypes.CFUNCTYPE(None)(inside)()
+    time.sleep(5)
+    print("finished as if never stopped")
+    return 0
+
+parser = argparse.ArgumentParser(prog="tacos")
+parser.set_defaults(handler=handler)
+sys.exit(cli._run(parser, []))
+"""
+
+
+def test_a_stop_swallowed_inside_a_callback_is_raised_again_quietly():
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_SWALLOWED_BY_A_CALLBACK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "finished" not in done.stdout
+    assert done.stderr.strip() == "tacos: SIGTERM, stopped"
