@@ -26,6 +26,7 @@ from tacos.synthesizer._kernels import (
     NUM_COUNTERS,
     heap_pop,
     heap_push,
+    list_members,
     mt_next32,
     nth_bit,
     popcount,
@@ -38,7 +39,6 @@ AVAILABLE, ARRIVED, LINK_FREE = 0, 1, 2
 NEARER = 1 - 1e-9
 """As :data:`tacos.synthesizer.greedy.NEARER`."""
 _ONE = np.uint64(1)
-_ZERO = np.uint64(0)
 
 
 # ---------------------------------------------------------------- CPython's random()
@@ -103,11 +103,23 @@ def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int
 
 
 # ---------------------------------------------------------------- chunk choice
+@njit(cache=True, inline="always")
+def _eligible(
+    u: int, v: int, slot: int, w: int, masks: np.ndarray, holds: np.ndarray, taken: np.ndarray
+) -> np.uint64:
+    """Word ``w`` of the chunks ``u`` may send ``v``: ``v`` lacks them, and nodes nearer to
+    ``v`` than the path (mask row ``slot``; -1 for none) do too."""
+    bits = holds[u, w] & ~taken[v, w]
+    if slot >= 0:
+        bits &= ~masks[slot, w]
+    return bits
+
+
 @njit(cache=True)
 def _pick_chunk(
     u: int,
     v: int,
-    mask_slot: int,
+    slot: int,
     masks: np.ndarray,
     holds: np.ndarray,
     taken: np.ndarray,
@@ -124,41 +136,24 @@ def _pick_chunk(
     words = holds.shape[1]
     count = 0
     for w in range(words):
-        bits = holds[u, w] & ~taken[v, w]
-        if mask_slot >= 0:
-            bits &= ~masks[mask_slot, w]
-        count += popcount(bits)
+        count += popcount(_eligible(u, v, slot, w, masks, holds, taken))
     if count == 0:
         return -1
+    k = 0
     if not rarest or count > compare_all_up_to:
         r = randbelow(count, mt, counters)
         for w in range(words):
-            bits = holds[u, w] & ~taken[v, w]
-            if mask_slot >= 0:
-                bits &= ~masks[mask_slot, w]
+            bits = _eligible(u, v, slot, w, masks, holds, taken)
             here = popcount(bits)
             if r < here:
                 break
             r -= here
         if not rarest:
             return w * 64 + nth_bit(bits, r)
-        k = 0  # the eligible chunks of the drawn one's word
-        while bits:
-            low = nth_bit(bits, 0)
-            pool[k] = w * 64 + low
-            k += 1
-            bits &= ~(_ONE << np.uint64(low))
+        k = list_members(bits, w, pool, 0)  # the eligible chunks of the drawn one's word
     else:
-        k = 0
         for w in range(words):
-            bits = holds[u, w] & ~taken[v, w]
-            if mask_slot >= 0:
-                bits &= ~masks[mask_slot, w]
-            while bits:
-                low = nth_bit(bits, 0)
-                pool[k] = w * 64 + low
-                k += 1
-                bits &= ~(_ONE << np.uint64(low))
+            k = list_members(_eligible(u, v, slot, w, masks, holds, taken), w, pool, k)
     best_holders, best_copies, ties = 1 << 62, 1 << 62, 0
     for i in range(k):
         chunk = pool[i]
@@ -179,11 +174,8 @@ def _takes_some(
     u: int, v: int, slot: int, masks: np.ndarray, holds: np.ndarray, taken: np.ndarray
 ) -> bool:
     """Whether ``u`` has a chunk that ``v`` lacks and nodes nearer to it lack too."""
-    for w in range(holds.shape[1]):
-        bits = holds[u, w] & ~taken[v, w]
-        if slot >= 0:
-            bits &= ~masks[slot, w]
-        if bits:
+    for w in range(holds.shape[1]):  # noqa: SIM110 (numba compiles loops, not any(generator))
+        if _eligible(u, v, slot, w, masks, holds, taken):
             return True
     return False
 
@@ -370,9 +362,7 @@ def run_fabric_spread(
                 continue
             if kind == AVAILABLE:
                 node, chunk = b, a
-                w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
-                if not taken[node, w] & bit:
-                    taken[node, w] |= bit
+                taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
                 _near_gain(node, chunk, masks, watch, watch_head)
             else:
                 node, chunk = link_dst[out_link[a]], out_chunk[a]
@@ -573,12 +563,13 @@ def replay(
     waiting = np.zeros(count, np.int64)
     came_in_on = np.full(count, -1, np.int64)
     dependant_count = np.zeros(count + 1, np.int64)
+    distinct = np.ones(deps.shape[0], np.bool_)  # a dependency listed twice counts once
     for i in range(count):
         for k in range(deps_ptr[i], deps_ptr[i + 1]):
-            repeated = False
             for k2 in range(deps_ptr[i], k):
-                repeated = repeated or deps[k2] == deps[k]
-            if not repeated:
+                if deps[k2] == deps[k]:
+                    distinct[k] = False
+            if distinct[k]:
                 waiting[i] += 1
                 dependant_count[deps[k] + 1] += 1
         if deps_ptr[i + 1] > deps_ptr[i]:
@@ -588,10 +579,7 @@ def replay(
     filled = dependant_ptr[:count].copy()
     for i in range(count):
         for k in range(deps_ptr[i], deps_ptr[i + 1]):
-            repeated = False
-            for k2 in range(deps_ptr[i], k):
-                repeated = repeated or deps[k2] == deps[k]
-            if not repeated:
+            if distinct[k]:
                 dependants[filled[deps[k]]] = i
                 filled[deps[k]] += 1
     # Per link: its NPU queue (fixed order) or its switch queue (a heap), one segment each.

@@ -436,7 +436,7 @@ def _fewest_holders(
 
 
 @njit(cache=True, inline="always")
-def _list_members(bits: np.uint64, w: int, pool: np.ndarray, k: int) -> int:
+def list_members(bits: np.uint64, w: int, pool: np.ndarray, k: int) -> int:
     """Append the chunks of word ``w``'s ``bits`` to ``pool[k:]``, lowest first; the new k."""
     while bits:
         pool[k] = w * 64 + lowest_bit(bits)
@@ -481,14 +481,14 @@ def _pick_rarest(
             if block_count[link, block] == 0:
                 continue
             for w in range(block * BLOCK, min(holds.shape[1], (block + 1) * BLOCK)):
-                k = _list_members(holds[u, w] & ~taken[v, w], w, pool, k)
+                k = list_members(holds[u, w] & ~taken[v, w], w, pool, k)
     else:
         r = randbelow(size, mt, counters)
         w, bits, _ = _find_member(
             r, link, u, v, holds, taken, block_count, in_ptr, in_links, in_srcs
         )
         bits = _fewest_holders(bits, w, v, inbr_ptr, inbrs, holds, planes)
-        k = _list_members(bits, w, pool, 0)
+        k = list_members(bits, w, pool, 0)
     best_key, ties = 1 << 62, 0
     for i in range(k):
         key = _holders(inbr_ptr, inbrs, holds, v, pool[i]) * (1 << 32) + copies[pool[i]]

@@ -49,6 +49,7 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
+from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
@@ -156,7 +157,7 @@ def spread_blocks(
         if len(block.chunk):
             yield block
         if status == K.DONE:
-            state.save_rng()
+            state.random.save()
             return
         if status == K.STUCK:
             raise TacosError(
@@ -181,15 +182,14 @@ class _SpreadKernel:
         n, num_links = topology.num_nodes, len(topology.links)
         words = (num_chunks + 63) // 64
         blocks = max(1, (words + K.BLOCK - 1) // K.BLOCK)
-        self.rng = rng
         self.link_src, self.link_dst = link_endpoints(topology)
         self.link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
-        self.out_ptr, self.out_links = _csr(topology.out_links)
-        self.in_ptr, self.in_links = _csr(topology.in_links)
+        self.out_ptr, self.out_links = csr(topology.out_links)
+        self.in_ptr, self.in_links = csr(topology.in_links)
         self.out_dsts, self.in_srcs = self.link_dst[self.out_links], self.link_src[self.in_links]
         # The "rarest" policy counts in-neighbours as nodes (parallel links count once).
         senders = [sorted({topology.links[i].src for i in ids}) for ids in topology.in_links]
-        self.inbr_ptr, self.inbrs = _csr(senders)
+        self.inbr_ptr, self.inbrs = csr(senders)
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)
@@ -210,12 +210,8 @@ class _SpreadKernel:
         self.heap_time = np.zeros(num_links + 1)
         self.heap_link = np.zeros(num_links + 1, np.int64)
         self.next_in_group = np.full(num_links, -1, np.int64)
-        version, internal, self.gauss_next = rng.getstate()
-        if version != 3 or len(internal) != K.MT_WORDS + 1:
-            raise TacosError(f"unexpected random.Random state version {version}")
-        self.mt = np.asarray(internal[: K.MT_WORDS], np.int64)
-        self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
-        self.counters[K.C_MT_POS] = internal[K.MT_WORDS]
+        self.random = RandomState(rng)
+        self.mt, self.counters = self.random.mt, self.random.counters
         # The reference's `remaining`: every node wants every chunk it does not start with.
         held = np.unique(self.source_node * num_chunks + self.source_chunk).size
         self.counters[K.C_REMAINING] = n * num_chunks - held
@@ -268,11 +264,6 @@ class _SpreadKernel:
         block = Block(*columns)
         return int(status), block, int(self.counters[K.C_DELIVERED]) - delivered
 
-    def save_rng(self) -> None:
-        """Leave the caller's ``random.Random`` where the reference would have left it."""
-        internal = (*self.mt.tolist(), int(self.counters[K.C_MT_POS]))
-        self.rng.setstate((3, internal, self.gauss_next))
-
 
 def _line_aligned_zeros(rows: int, columns: int, dtype: type) -> np.ndarray:
     """A zeroed C-order matrix whose rows start on cache-line boundaries.
@@ -288,12 +279,6 @@ def _line_aligned_zeros(rows: int, columns: int, dtype: type) -> np.ndarray:
     raw = np.zeros(size + K.CACHE_LINE, np.uint8)
     skip = -raw.ctypes.data % K.CACHE_LINE
     return raw[skip : skip + size].view(dtype).reshape(rows, columns)
-
-
-def _csr(rows: tuple[tuple[int, ...], ...] | list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    ptr = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum([len(r) for r in rows], out=ptr[1:])
-    return ptr, np.fromiter((x for r in rows for x in r), np.int64, int(ptr[-1]))
 
 
 # ---------------------------------------------------------------- collectives on arrays
@@ -529,13 +514,4 @@ def _concat(first: TransferTable, second: TransferTable) -> TransferTable:
         both("op"),
         np.concatenate((first.deps_ptr, second.deps_ptr[1:] + first.deps_ptr[-1])),
         both("deps"),
-    )
-
-
-def link_endpoints(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
-    """Every link's source and destination node, by link id."""
-    count = len(topology.links)
-    return (
-        np.fromiter((lk.src for lk in topology.links), np.int64, count),
-        np.fromiter((lk.dst for lk in topology.links), np.int64, count),
     )

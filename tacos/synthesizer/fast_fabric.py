@@ -18,7 +18,7 @@ import numpy as np
 
 from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
-from tacos.synthesizer import _kernels as K
+from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
 from tacos.synthesizer.routes import Fabric, routes_from
 from tacos.topology import Topology
@@ -45,7 +45,6 @@ class FabricArrays:
     link_src: np.ndarray
     link_dst: np.ndarray
     link_time: np.ndarray
-    from_switch: np.ndarray
     has_routes: np.ndarray
     first_ptr: np.ndarray
     first_links: np.ndarray
@@ -82,9 +81,9 @@ class FabricArrays:
         first: list[list[int]] = [[] for _ in range(n)]
         for link_id in np.nonzero(has_routes)[0].tolist():
             first[topology.links[link_id].src].append(link_id)
-        first_ptr, first_links = _csr(first)
-        inbr_ptr, inbrs = _csr([sorted(s) for s in senders])
-        into_ptr, into_src = _csr([[src for src, _ in row] for row in into])
+        first_ptr, first_links = csr(first)
+        inbr_ptr, inbrs = csr([sorted(s) for s in senders])
+        into_ptr, into_src = csr([[src for src, _ in row] for row in into])
         into_us = np.fromiter((us for row in into for _, us in row), np.float64, len(into_src))
         near_ptr, near_nodes, near_dist = FK.nearest_first(
             into_ptr, into_src, into_us, np.asarray(topology.npus, np.int64)
@@ -93,8 +92,7 @@ class FabricArrays:
             (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
             default=0,
         )
-        link_src = np.fromiter((lk.src for lk in topology.links), np.int64, num_links)
-        link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, num_links)
+        link_src, link_dst = link_endpoints(topology)
         is_switch = np.asarray([topology.is_switch(v) for v in range(n)], np.bool_)
         dag_of_link = np.full(num_links, -1, np.int64)
         for link_id in np.nonzero(has_routes & is_switch[link_dst])[0].tolist():
@@ -105,7 +103,7 @@ class FabricArrays:
         slot_base = np.zeros(num_links + 1, np.int64)
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=slot_base[1:])
         return cls(
-            link_src, link_dst, np.asarray(times, np.float64), is_switch[link_src], has_routes,
+            link_src, link_dst, np.asarray(times, np.float64), has_routes,
             first_ptr, first_links, inbr_ptr, inbrs, near_ptr, near_nodes, near_dist, max_keys,
             dag_of_link, node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us,
             slot_base,
@@ -134,7 +132,7 @@ class _Dags:
             first_npu.append(paths.first_npu)
             edge_rows.extend(paths.edges_into)
             path_us.extend(paths.path_us)
-        node_ptr, nodes = _csr(node_rows)
+        node_ptr, nodes = csr(node_rows)
         edge_ptr = np.zeros(len(edge_rows) + 1, np.int64)
         np.cumsum([len(row) for row in edge_rows], out=edge_ptr[1:])
         pairs = np.asarray([pair for row in edge_rows for pair in row], np.int64).reshape(-1, 2)
@@ -179,12 +177,7 @@ def fabric_spread(
     """
     arrays = fabric_arrays(topology, chunk_bytes)
     num_chunks = len(source_node)
-    version, internal, gauss_next = rng.getstate()
-    if version != 3 or len(internal) != K.MT_WORDS + 1:
-        raise TacosError(f"unexpected random.Random state version {version}")
-    mt = np.asarray(internal[: K.MT_WORDS], np.int64)
-    counters = np.zeros(K.NUM_COUNTERS, np.int64)
-    counters[K.C_MT_POS] = internal[K.MT_WORDS]
+    random_state = RandomState(rng)
     free_at = np.zeros(len(topology.links)) if link_free_at is None else link_free_at
     chunk, link, start, end, dep, missing = FK.run_fabric_spread(
         arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
@@ -194,9 +187,10 @@ def fabric_spread(
         arrays.dag_edge_pred, arrays.dag_path_us, arrays.slot_base, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
         np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
-        policy == "rarest", RAREST_COMPARE_ALL, index_offset, mt, counters,
+        policy == "rarest", RAREST_COMPARE_ALL, index_offset, random_state.mt,
+        random_state.counters,
     )  # fmt: skip
-    rng.setstate((3, (*mt.tolist(), int(counters[K.C_MT_POS])), gauss_next))
+    random_state.save()
     if missing:
         raise TacosError(
             f"topology {topology.name!r}: some chunk can never reach some node; "
@@ -218,10 +212,10 @@ def fabric_spread(
 
 def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
     """``retime_asap`` without port limits: replayed times, sorted by (start, link, position)."""
-    arrays = fabric_arrays(topology, chunk_bytes)
     start, end, finished = FK.replay(
         transfers.link, transfers.chunk, transfers.op, transfers.deps_ptr, transfers.deps,
-        transfers.start, arrays.from_switch[transfers.link], arrays.link_time,
+        transfers.start, transfers.src >= topology.num_npus,
+        np.asarray(topology.link_times_us(chunk_bytes), np.float64),
     )  # fmt: skip
     if finished < len(transfers):
         raise TacosError("the synthesized schedule deadlocks in its replay (a bug: please report)")
@@ -230,9 +224,3 @@ def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int)
         transfers.deps_ptr, transfers.deps,
     )  # fmt: skip
     return retimed.take(np.lexsort((np.arange(len(start)), transfers.link, start)))
-
-
-def _csr(rows: list[list[int]] | list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
-    ptr = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum([len(r) for r in rows], out=ptr[1:])
-    return ptr, np.fromiter((x for r in rows for x in r), np.int64, int(ptr[-1]))
