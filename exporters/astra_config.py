@@ -41,7 +41,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from tacos.collective import CollectiveKind
 from tacos.formats.astrasim import AnalyticalNetwork, dimension_pairs, network_yaml
@@ -318,27 +318,7 @@ case "$route" in
     fi ;;
   *) echo "usage: $0 [custom|carrier|p2p]" >&2; exit 2 ;;
 esac
-network="${{ASTRA_SIM_NETWORK:-$here/network.yml}}"
-if [ ! -f "$network" ]; then
-  echo "run.sh: $network does not exist; set ASTRA_SIM_NETWORK to an ASTRA-sim network file" >&2
-  exit 2
-fi
-# Congestion_Aware runs one dimension only; count them in the npus_count list
-# (flow style: [ 4, 8 ]; block style: one "- 4" line each).
-dims=$(awk '
-  /^[[:space:]]*npus_count[[:space:]]*:/ {{
-    listed = 1
-    if (index($0, "[")) {{ print split($0, items, ","); exit }}
-    next
-  }}
-  listed && /^[[:space:]]*-/ {{ count++; next }}
-  listed {{ exit }}
-  END {{ if (count) print count }}' "$network")
-dims=${{dims:-1}}
-bin="${{ASTRA_SIM_BIN:-AstraSim_Analytical_Congestion_Aware}}"
-if [ "$dims" -gt 1 ]; then
-  case "$bin" in *Congestion_Aware) bin="${{bin%Congestion_Aware}}Congestion_Unaware" ;; esac
-fi
+{pick_network_and_binary}
 # ASTRA-sim writes ./log/ and resolves the custom prefix (et/...) against its working directory.
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -378,9 +358,40 @@ fi
 """
 
 
+PICK_NETWORK_AND_BINARY: Final = """network="${ASTRA_SIM_NETWORK:-$here/network.yml}"
+if [ ! -f "$network" ]; then
+  echo "run.sh: $network does not exist; set ASTRA_SIM_NETWORK to an ASTRA-sim network file" >&2
+  exit 2
+fi
+# Congestion_Aware runs one dimension only; count them in the npus_count list
+# (flow style: [ 4, 8 ]; block style: one "- 4" line each).
+dims=$(awk '
+  /^[[:space:]]*npus_count[[:space:]]*:/ {
+    listed = 1
+    if (index($0, "[")) { print split($0, items, ","); exit }
+    next
+  }
+  listed && /^[[:space:]]*-/ { count++; next }
+  listed { exit }
+  END { if (count) print count }' "$network")
+dims=${dims:-1}
+bin="${ASTRA_SIM_BIN:-DEFAULT_BINARY}"
+if [ "$dims" -gt 1 ]; then
+  case "$bin" in *Congestion_Aware) bin="${bin%Congestion_Aware}Congestion_Unaware" ;; esac
+fi"""
+"""run.sh's lines that check the network file and pick the binary: every bundle's script
+shares them, so a network given in ASTRA_SIM_NETWORK gets the binary for its dimensions."""
+
+
+def pick_network_and_binary(default_binary: str = "AstraSim_Analytical_Congestion_Aware") -> str:
+    """:data:`PICK_NETWORK_AND_BINARY` with ``default_binary`` when ASTRA_SIM_BIN is unset."""
+    return PICK_NETWORK_AND_BINARY.replace("DEFAULT_BINARY", default_binary)
+
+
 def run_script(npus: int, default_route: str) -> str:
     """The bundle's run.sh: picks a route, runs ASTRA-sim from a scratch directory, checks it."""
     return RUN_SCRIPT.format(
+        pick_network_and_binary=pick_network_and_binary(),
         npus=npus,
         default_route=default_route,
         workload_prefix=WORKLOAD_PREFIX,

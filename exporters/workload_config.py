@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tacos.collective import CollectiveKind
-from tacos.exporters.astra_config import system_config
+from tacos.exporters.astra_config import pick_network_and_binary, system_config
 from tacos.formats.workload import CUSTOM_KINDS
 
 NATIVE_ALGORITHMS: Final = ("ring", "direct", "halvingDoubling", "doubleBinaryTree")
@@ -80,12 +80,7 @@ case "$route" in
   tacos|native|both) ;;
   *) echo "usage: $0 [tacos|native]" >&2; exit 2 ;;
 esac
-bin="${{ASTRA_SIM_BIN:-{binary}}}"
-network="${{ASTRA_SIM_NETWORK:-$here/network.yml}}"
-if [ ! -f "$network" ]; then
-  echo "run.sh: $network does not exist; set ASTRA_SIM_NETWORK to an ASTRA-sim network file" >&2
-  exit 2
-fi
+{pick_network_and_binary}
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -143,6 +138,7 @@ def run_script(
 ) -> str:
     """The bundle's run.sh (see :data:`RUN_SCRIPT`)."""
     return RUN_SCRIPT.format(
+        pick_network_and_binary=pick_network_and_binary(binary),
         workload=workload,
         npus=npus,
         binary=binary,
