@@ -14,6 +14,8 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels, fast, synthesize_tenants
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
+from tacos.synthesizer.fast_fabric import FabricArrays
+from tacos.synthesizer.routes import Fabric, routes_from
 from tacos.topology import Link, Topology
 
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
@@ -102,6 +104,39 @@ def test_fast_matches_on_random_switched_topologies():
         policy = rnd.choice(["rarest", "random"])
         reference, compiled = both_engines(topo, spec, rnd.randrange(10**6), policy)
         assert list(compiled.transfers) == list(reference.transfers), trial
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_the_compiled_fabric_paths_and_routes_are_the_references(trial):
+    """What the fast engine precomputes equals what the reference finds as it goes."""
+    rnd = random.Random(trial)
+    topo = (
+        tacos.from_spec(SWITCHED[trial])
+        if trial < len(SWITCHED)
+        else random_switched_topology(rnd, rnd.randint(2, 9))
+    )
+    arrays = FabricArrays.of(topo, 2**20)
+    fabric = Fabric(topo, topo.link_times_us(2**20))
+    first_links = {r.links[0] for routes in routes_from(topo, 2**20, fabric) for r in routes}
+    assert set(np.nonzero(arrays.has_routes)[0].tolist()) == first_links
+    for link_id in sorted(first_links):
+        dag = arrays.dag_of_link[link_id]
+        if dag < 0:
+            assert not topo.is_switch(topo.links[link_id].dst)
+            continue
+        paths = fabric.paths_from(topo.links[link_id].dst)
+        base, end = arrays.dag_node_ptr[dag], arrays.dag_node_ptr[dag + 1]
+        assert tuple(arrays.dag_nodes[base:end].tolist()) == paths.nodes
+        assert arrays.dag_first_npu[dag] == paths.first_npu
+        assert tuple(arrays.dag_path_us[base:end].tolist()) == paths.path_us
+        edges = [
+            tuple(
+                (int(arrays.dag_edge_link[e]), int(arrays.dag_edge_pred[e]))
+                for e in range(arrays.dag_edge_ptr[i], arrays.dag_edge_ptr[i + 1])
+            )
+            for i in range(base, end)
+        ]
+        assert tuple(edges) == paths.edges_into
 
 
 @pytest.mark.parametrize("policy", ["rarest", "random"])

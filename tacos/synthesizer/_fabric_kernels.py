@@ -27,7 +27,6 @@ from tacos.synthesizer._kernels import (
     heap_pop,
     heap_push,
     list_members,
-    mt_next32,
     nth_bit,
     popcount,
     randbelow,
@@ -39,15 +38,6 @@ AVAILABLE, ARRIVED, LINK_FREE = 0, 1, 2
 NEARER = 1 - 1e-9
 """As :data:`tacos.synthesizer.greedy.NEARER`."""
 _ONE = np.uint64(1)
-
-
-# ---------------------------------------------------------------- CPython's random()
-@njit(cache=True, inline="always")
-def random_float(mt: np.ndarray, counters: np.ndarray) -> float:
-    """CPython's ``Random.random()``: 53 bits from two 32-bit outputs."""
-    a = mt_next32(mt, counters) >> 5
-    b = mt_next32(mt, counters) >> 6
-    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
 
 
 # ---------------------------------------------------------------- a growable event heap
@@ -171,13 +161,96 @@ def _pick_chunk(
 
 @njit(cache=True, inline="always")
 def _takes_some(
-    u: int, v: int, slot: int, masks: np.ndarray, holds: np.ndarray, taken: np.ndarray
+    u: int,
+    v: int,
+    slot: int,
+    entry: int,
+    witness: np.ndarray,
+    held: np.ndarray,
+    gained: np.ndarray,
+    masks: np.ndarray,
+    holds: np.ndarray,
+    taken: np.ndarray,
 ) -> bool:
-    """Whether ``u`` has a chunk that ``v`` lacks and nodes nearer to it lack too."""
-    for w in range(holds.shape[1]):  # noqa: SIM110 (numba compiles loops, not any(generator))
-        if _eligible(u, v, slot, w, masks, holds, taken):
+    """Whether ``u`` has a chunk that ``v`` lacks and nodes nearer to it lack too.
+
+    The answer for one (link, destination) is remembered in ``witness[entry]``:
+    a chunk that made it yes (still yes while ``v`` and the nearer nodes lack
+    it: ``u`` keeps what it holds), or ``-2 - held[u]`` when it was no (still
+    no but for the chunks ``u`` gained since, ``gained[u, held:]``: what ``v``
+    and the nearer nodes have only grows); -1 when not asked yet. Without it a
+    link would scan every destination's whole bit set each time its NPU gains
+    a chunk.
+    """
+    known = witness[entry]
+    if known >= 0:
+        w, bit = known >> 6, _ONE << np.uint64(known & 63)
+        if not taken[v, w] & bit and (slot < 0 or not masks[slot, w] & bit):
             return True
+    elif known < -1:
+        for k in range(-2 - known, held[u]):
+            chunk = gained[u, k]
+            w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+            if not taken[v, w] & bit and (slot < 0 or not masks[slot, w] & bit):
+                witness[entry] = chunk
+                return True
+        witness[entry] = -2 - held[u]
+        return False
+    for w in range(holds.shape[1]):
+        bits = _eligible(u, v, slot, w, masks, holds, taken)
+        if bits:
+            witness[entry] = w * 64 + nth_bit(bits, 0)
+            return True
+    witness[entry] = -2 - held[u]
     return False
+
+
+@njit(cache=True, inline="always")
+def _arrive(
+    target: int,
+    base: int,
+    decision: int,
+    stamp: np.ndarray,
+    arrival: np.ndarray,
+    came_link: np.ndarray,
+    came_pred: np.ndarray,
+    stack: np.ndarray,
+    edge_ptr: np.ndarray,
+    edge_link: np.ndarray,
+    edge_pred: np.ndarray,
+    free_at: np.ndarray,
+    link_time: np.ndarray,
+) -> None:
+    """Earliest arrival at DAG position ``target`` (``Fabric.earliest``), computed on demand.
+
+    Positions stamped with ``decision`` are known; the others are found from
+    their predecessors first (each earlier in the DAG), so a decision pays only
+    for the part of the fabric leading to the destinations that take a chunk.
+    """
+    top = 0
+    stack[0] = target
+    while top >= 0:
+        p = stack[top]
+        if stamp[p] == decision:
+            top -= 1
+            continue
+        pending = False
+        for e in range(edge_ptr[base + p], edge_ptr[base + p + 1]):
+            if stamp[edge_pred[e]] != decision:
+                top += 1
+                stack[top] = edge_pred[e]
+                pending = True
+        if pending:
+            continue
+        best = np.inf
+        for e in range(edge_ptr[base + p], edge_ptr[base + p + 1]):
+            lk, pred = edge_link[e], edge_pred[e]
+            candidate = max(arrival[pred], free_at[lk]) + link_time[lk]
+            if candidate < best:
+                best, came_link[p], came_pred[p] = candidate, lk, pred
+        arrival[p] = best
+        stamp[p] = decision
+        top -= 1
 
 
 # ---------------------------------------------------------------- nearer holdings
@@ -336,15 +409,22 @@ def run_fabric_spread(
     touched = np.empty(num_nodes, np.int64)
     is_touched = np.zeros(num_nodes, np.bool_)
     pool = np.empty(max(64, compare_all_up_to + 1, words * 64), np.int64)
-    biggest_dag = 1
+    biggest_dag, most_edges = 1, 1
     for d in range(dag_node_ptr.shape[0] - 1):
         biggest_dag = max(biggest_dag, dag_node_ptr[d + 1] - dag_node_ptr[d])
+        edges = dag_edge_ptr[dag_node_ptr[d + 1]] - dag_edge_ptr[dag_node_ptr[d]]
+        most_edges = max(most_edges, edges)
+    stamp = np.zeros(biggest_dag, np.int64)  # arrival[p] is known when stamp[p] == decision
+    decision = 0
+    stack = np.empty(most_edges + 1, np.int64)
     arrival = np.empty(biggest_dag)
     came_link = np.empty(biggest_dag, np.int64)
     came_pred = np.empty(biggest_dag, np.int64)
     dest_pos = np.empty(biggest_dag, np.int64)
-    dest_draw = np.empty(biggest_dag)
     slot_cache = np.full(slot_base[-1], -2, np.int64)  # per (link, DAG position): its mask row
+    witness = np.full(slot_base[-1], -1, np.int64)  # per (link, DAG position): _takes_some
+    held = np.zeros(num_nodes, np.int64)  # chunks each node holds
+    gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
 
     while ev_size > 0 and remaining > 0:
@@ -375,6 +455,8 @@ def run_fabric_spread(
             w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
             if not holds[node, w] & bit:
                 holds[node, w] |= bit
+                gained[node, held[node]] = chunk
+                held[node] += 1
                 if not is_touched[node]:
                     is_touched[node] = True
                     touched[num_touched] = node
@@ -416,18 +498,15 @@ def run_fabric_spread(
                 path[0] = link
                 hops = 1
             else:
-                # The reference draws one number per destination, sorts them by
-                # (arrival, draw, id) and sends to the first that takes a chunk: only
-                # that first one matters, so find the takers, then the earliest of them.
+                # Of the destinations that take a chunk, one that the chunk reaches
+                # soonest (ties: the reference's draw among them, in id order).
                 base = dag_node_ptr[dag]
                 size = dag_node_ptr[dag + 1] - base
                 cache = slot_base[link]
-                best_p, best_draw = -1, 0.0
                 for p in range(dag_first_npu[dag], size):
                     v = dag_nodes[base + p]
                     if v == u:
                         continue
-                    draw = random_float(mt, counters)
                     slot = slot_cache[cache + p]
                     if slot == -2:
                         path_us = link_time[link] + dag_path_us[base + p]
@@ -435,30 +514,29 @@ def run_fabric_spread(
                                                  key_cut, key_slot, num_keys, masks, num_slots,
                                                  taken, watch, watch_head)  # fmt: skip
                         slot_cache[cache + p] = slot
-                    if _takes_some(u, v, slot, masks, holds, taken):
+                    if _takes_some(
+                        u, v, slot, cache + p, witness, held, gained, masks, holds, taken
+                    ):
                         dest_pos[num_dests] = p
-                        dest_draw[num_dests] = draw
                         num_dests += 1
                 if num_dests:
                     # Earliest arrival over the statically shortest paths (Fabric.earliest).
+                    decision += 1
                     arrival[0] = max(now, free_at[link]) + link_time[link]
                     came_pred[0] = -1
-                    for p in range(1, size):
-                        best = np.inf
-                        for e in range(dag_edge_ptr[base + p], dag_edge_ptr[base + p + 1]):
-                            lk, pred = dag_edge_link[e], dag_edge_pred[e]
-                            candidate = max(arrival[pred], free_at[lk]) + link_time[lk]
-                            if candidate < best:
-                                best, came_link[p], came_pred[p] = candidate, lk, pred
-                        arrival[p] = best
+                    stamp[0] = decision
+                    soonest, ties = np.inf, 0
                     for j in range(num_dests):
                         p = dest_pos[j]
-                        if (
-                            best_p < 0
-                            or arrival[p] < arrival[best_p]
-                            or (arrival[p] == arrival[best_p] and dest_draw[j] < best_draw)
-                        ):
-                            best_p, best_draw = p, dest_draw[j]
+                        _arrive(p, base, decision, stamp, arrival, came_link, came_pred, stack,
+                                dag_edge_ptr, dag_edge_link, dag_edge_pred, free_at,
+                                link_time)  # fmt: skip
+                        if arrival[p] < soonest:
+                            soonest, ties = arrival[p], 0
+                        if arrival[p] == soonest:
+                            dest_pos[ties] = p
+                            ties += 1
+                    best_p = dest_pos[randbelow(ties, mt, counters)] if ties > 1 else dest_pos[0]
                     v = dag_nodes[base + best_p]
                     chosen_chunk = _pick_chunk(u, v, slot_cache[cache + best_p], masks, holds,
                                                taken, inbr_ptr, inbrs, copies, rarest,
@@ -706,14 +784,14 @@ def _dequeue(lk: int, segment: np.ndarray, head: np.ndarray, queue: np.ndarray,
 # ---------------------------------------------------------------- distances between NPUs
 @njit(cache=True)
 def nearest_first(
-    into_ptr: np.ndarray, into_src: np.ndarray, into_us: np.ndarray, targets: np.ndarray
+    into_ptr: np.ndarray, into_src: np.ndarray, into_us: np.ndarray, num_npus: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per target, the other nodes by route distance to it (CSR, nearest first, ties by id).
+    """Per NPU, the other NPUs by distance to it (CSR, nearest first, ties by id).
 
-    Route distances as the reference's ``_distances_to`` computes them
-    (Dijkstra over the routes into each node, costs ``into_us``): Dijkstra's
-    result is the fixpoint of ``d(x) = min over routes x -> y of d(y) + cost``,
-    so any order of relaxing gives the same floats.
+    Distances as the reference's ``_distances_to`` computes them (Dijkstra
+    over the links into each node, ``into_*`` per node: source and time):
+    Dijkstra's result is the fixpoint of ``d(x) = min over links x -> y of
+    d(y) + cost``, so any order of relaxing gives the same floats.
     """
     num_nodes = into_ptr.shape[0] - 1
     ptr = np.zeros(num_nodes + 1, np.int64)
@@ -725,7 +803,7 @@ def nearest_first(
     heap_d = np.empty(into_src.shape[0] + 1)
     heap_n = np.empty(into_src.shape[0] + 1, np.int64)
     size = np.zeros(NUM_COUNTERS, np.int64)  # size[C_HEAP]: the heap's size
-    for target in targets:
+    for target in range(num_npus):
         dist[:] = np.inf
         settled[:] = False
         dist[target] = 0.0
@@ -741,7 +819,7 @@ def nearest_first(
                 if d + into_us[k] < dist[prev]:
                     dist[prev] = d + into_us[k]
                     heap_push(heap_d, heap_n, size, dist[prev], prev)
-        reached = np.nonzero(settled)[0]
+        reached = np.nonzero(settled[:num_npus])[0]
         reached = reached[reached != target]
         order = reached[np.argsort(dist[reached], kind="mergesort")]
         if used + order.shape[0] > nodes.shape[0]:
@@ -752,3 +830,176 @@ def nearest_first(
         used += order.shape[0]
         ptr[target + 1] = order.shape[0]
     return np.cumsum(ptr), nodes[:used].copy(), dists[:used].copy()
+
+
+# ---------------------------------------------------------------- shortest paths into the fabric
+@njit(cache=True)
+def fabric_dags(
+    out_ptr: np.ndarray,
+    out_links: np.ndarray,
+    link_dst: np.ndarray,
+    cost_ps: np.ndarray,
+    link_time: np.ndarray,
+    num_npus: int,
+    entries: np.ndarray,
+):  # -> node_ptr, nodes, first_npu, edge_ptr, edge_link, edge_pred, path_us, length_ps
+    """:meth:`tacos.synthesizer.routes.Fabric.paths_from` of every switch in ``entries``, flattened.
+
+    Per entry (CSR ``node_ptr``): its DAG's nodes (switches in the order
+    Dijkstra settles them, then NPUs by id), the position of its first NPU,
+    per node the ``(link, predecessor position)`` edges ending a shortest path
+    there (CSR ``edge_ptr`` over all nodes, by link id) and ``path_us`` along
+    the lowest-id edges, and ``length_ps``: shortest lengths in whole
+    picoseconds (``cost_ps``), the unit paths are compared in.
+    """
+    num_nodes = out_ptr.shape[0] - 1
+    length = np.full(num_nodes, -1, np.int64)
+    position = np.full(num_nodes, -1, np.int64)
+    settled = np.zeros(num_nodes, np.bool_)
+    heap_t = np.empty(out_links.shape[0] + 1)
+    heap_k = np.empty(out_links.shape[0] + 1, np.int64)
+    counters = np.zeros(NUM_COUNTERS, np.int64)
+    order = np.empty(num_nodes, np.int64)
+    node_ptr = np.zeros(entries.shape[0] + 1, np.int64)
+    first_npu = np.empty(entries.shape[0], np.int64)
+    nodes = np.empty(0, np.int64)
+    path_us = np.empty(0)
+    length_ps = np.empty(0, np.int64)
+    edge_ptr = np.zeros(1, np.int64)
+    edge_link = np.empty(0, np.int64)
+    edge_pred = np.empty(0, np.int64)
+    num_edges = 0
+    for d in range(entries.shape[0]):
+        entry = entries[d]
+        length[entry] = 0
+        heap_push(heap_t, heap_k, counters, 0.0, entry)
+        size = 0
+        while counters[C_HEAP] > 0:
+            node = heap_pop(heap_t, heap_k, counters)
+            if settled[node]:
+                continue
+            settled[node] = True
+            order[size] = node
+            size += 1
+            for k in range(out_ptr[node], out_ptr[node + 1]):
+                lk = out_links[k]
+                nxt = link_dst[lk]
+                here = length[node] + cost_ps[lk]
+                if nxt >= num_npus and (length[nxt] < 0 or here < length[nxt]):
+                    length[nxt] = here
+                    heap_push(heap_t, heap_k, counters, float(here), nxt)
+        switches = size
+        for i in range(switches):
+            node = order[i]
+            for k in range(out_ptr[node], out_ptr[node + 1]):
+                lk = out_links[k]
+                nxt = link_dst[lk]
+                if nxt < num_npus:
+                    if length[nxt] < 0:
+                        order[size] = nxt
+                        size += 1
+                    if length[nxt] < 0 or length[node] + cost_ps[lk] < length[nxt]:
+                        length[nxt] = length[node] + cost_ps[lk]
+        order[switches:size] = np.sort(order[switches:size])
+        for i in range(size):
+            position[order[i]] = i
+        # Edges ending a shortest path at each node but the entry, grouped by node, by link.
+        found_at = np.empty(0, np.int64)
+        found_link = np.empty(0, np.int64)
+        found_pred = np.empty(0, np.int64)
+        found = 0
+        for i in range(switches):
+            node = order[i]
+            for k in range(out_ptr[node], out_ptr[node + 1]):
+                lk = out_links[k]
+                at = position[link_dst[lk]]
+                if at > 0 and length[node] + cost_ps[lk] == length[link_dst[lk]]:
+                    if found == found_at.shape[0]:
+                        found_at = _grown(found_at, 2 * found + 16)
+                        found_link = _grown(found_link, 2 * found + 16)
+                        found_pred = _grown(found_pred, 2 * found + 16)
+                    found_at[found], found_link[found], found_pred[found] = at, lk, i
+                    found += 1
+        by_node = np.argsort(found_at[:found] * out_links.shape[0] + found_link[:found])
+        base = node_ptr[d]
+        node_ptr[d + 1] = base + size
+        first_npu[d] = switches
+        if base + size > nodes.shape[0]:
+            nodes = _grown(nodes, 2 * (base + size))
+            path_us = _grown(path_us, 2 * (base + size))
+            length_ps = _grown(length_ps, 2 * (base + size))
+            edge_ptr = _grown(edge_ptr, 2 * (base + size) + 1)
+        if num_edges + found > edge_link.shape[0]:
+            edge_link = _grown(edge_link, 2 * (num_edges + found))
+            edge_pred = _grown(edge_pred, 2 * (num_edges + found))
+        nodes[base : base + size] = order[:size]
+        length_ps[base : base + size] = length[order[:size]]
+        edge_ptr[base] = num_edges  # the entry has no edges
+        path_us[base] = 0.0
+        j = 0
+        for i in range(1, size):
+            edge_ptr[base + i] = num_edges
+            first = True
+            while j < found and found_at[by_node[j]] == i:
+                e = by_node[j]
+                edge_link[num_edges], edge_pred[num_edges] = found_link[e], found_pred[e]
+                if first:
+                    path_us[base + i] = path_us[base + found_pred[e]] + link_time[found_link[e]]
+                    first = False
+                num_edges += 1
+                j += 1
+        edge_ptr[base + size] = num_edges
+        for i in range(size):
+            node = order[i]
+            length[node] = -1
+            position[node] = -1
+            settled[node] = False
+    total = node_ptr[-1]
+    return (node_ptr, nodes[:total].copy(), first_npu, edge_ptr[: total + 1].copy(),
+            edge_link[:num_edges].copy(), edge_pred[:num_edges].copy(),
+            path_us[:total].copy(), length_ps[:total].copy())  # fmt: skip
+
+
+@njit(cache=True)
+def links_with_routes(
+    out_ptr: np.ndarray,
+    out_links: np.ndarray,
+    link_dst: np.ndarray,
+    cost_ps: np.ndarray,
+    num_npus: int,
+    dag_of_link: np.ndarray,
+    node_ptr: np.ndarray,
+    nodes: np.ndarray,
+    first_npu: np.ndarray,
+    length_ps: np.ndarray,
+) -> np.ndarray:
+    """Per link, whether it is the first link of a route (``routes_from``'s routes).
+
+    A link between NPUs always is; a link into a switch is when it starts the
+    fastest path (ties to the first such link of its NPU) to some other NPU.
+    """
+    has_routes = np.zeros(link_dst.shape[0], np.bool_)
+    best_ps = np.full(num_npus, -1, np.int64)
+    best_link = np.full(num_npus, -1, np.int64)
+    for u in range(num_npus):
+        for k in range(out_ptr[u], out_ptr[u + 1]):
+            lk = out_links[k]
+            dag = dag_of_link[lk]
+            if dag < 0:
+                has_routes[lk] = link_dst[lk] < num_npus
+                continue
+            for i in range(node_ptr[dag] + first_npu[dag], node_ptr[dag + 1]):
+                v = nodes[i]
+                here = cost_ps[lk] + length_ps[i]
+                if v != u and (best_ps[v] < 0 or here < best_ps[v]):
+                    best_ps[v], best_link[v] = here, lk
+        for k in range(out_ptr[u], out_ptr[u + 1]):
+            dag = dag_of_link[out_links[k]]
+            if dag < 0:
+                continue
+            for i in range(node_ptr[dag] + first_npu[dag], node_ptr[dag + 1]):
+                v = nodes[i]
+                if best_link[v] >= 0:
+                    has_routes[best_link[v]] = True
+                    best_ps[v], best_link[v] = -1, -1
+    return has_routes

@@ -20,7 +20,7 @@ from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
-from tacos.synthesizer.routes import Fabric, routes_from
+from tacos.synthesizer.routes import Fabric, rarest_neighbours
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -31,9 +31,9 @@ class FabricArrays:
 
     * ``has_routes[l]``: link ``l`` is the first link of some route (others are
       never matched); ``first_ptr``/``first_links``: per node, those of its links.
-    * ``inbr_ptr``/``inbrs``: per node, the NPUs with a route into it (the
-      "rarest" policy's in-neighbours).
-    * ``near_ptr``/``near_nodes``/``near_dist``: per node, the others by route
+    * ``inbr_ptr``/``inbrs``: per node, the "rarest" policy's in-neighbours
+      (:func:`~tacos.synthesizer.routes.rarest_neighbours`).
+    * ``near_ptr``/``near_nodes``/``near_dist``: per NPU, the other NPUs by
       distance to it, nearest first; ``max_keys`` bounds how many distance cuts
       of one node the nearer-holder rule can ask for.
     * ``dag_*``: per switch entered by a link with routes, its
@@ -66,79 +66,43 @@ class FabricArrays:
 
     @classmethod
     def of(cls, topology: Topology, chunk_bytes: int) -> FabricArrays:
-        times = topology.link_times_us(chunk_bytes)
-        n, num_links = topology.num_nodes, len(topology.links)
-        has_routes = np.zeros(num_links, np.bool_)
-        senders: list[set[int]] = [set() for _ in range(n)]
-        into: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-        dags = _Dags(topology, times)
-        for node_routes in routes_from(topology, chunk_bytes, dags.fabric):
-            for route in node_routes:
-                has_routes[route.links[0]] = True
-                senders[route.dst].add(route.src)
-                # sum() as the reference adds route times (compensated since Python 3.12).
-                into[route.dst].append((route.src, sum(times[i] for i in route.links)))
-        first: list[list[int]] = [[] for _ in range(n)]
-        for link_id in np.nonzero(has_routes)[0].tolist():
-            first[topology.links[link_id].src].append(link_id)
-        first_ptr, first_links = csr(first)
-        inbr_ptr, inbrs = csr([sorted(s) for s in senders])
-        into_ptr, into_src = csr([[src for src, _ in row] for row in into])
-        into_us = np.fromiter((us for row in into for _, us in row), np.float64, len(into_src))
+        times = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
+        num_npus, num_links = topology.num_npus, len(topology.links)
+        link_src, link_dst = link_endpoints(topology)
+        out_ptr, out_links = csr(topology.out_links)
+        from_npu = np.nonzero(link_src < num_npus)[0]
+        into_switch = from_npu[link_dst[from_npu] >= num_npus]
+        entries, dag_of_entry = np.unique(link_dst[into_switch], return_inverse=True)
+        cost_ps = np.asarray(Fabric.cost_ps_of(times.tolist()), np.int64)
+        dags = FK.fabric_dags(out_ptr, out_links, link_dst, cost_ps, times, num_npus, entries)
+        node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us, length_ps = dags
+        dag_of_link = np.full(num_links, -1, np.int64)
+        dag_of_link[into_switch] = dag_of_entry
+        has_routes = FK.links_with_routes(
+            out_ptr, out_links, link_dst, cost_ps, num_npus, dag_of_link, node_ptr, nodes,
+            first_npu, length_ps,
+        )  # fmt: skip
+        dag_of_link[~has_routes] = -1
+        routed = has_routes.tolist()
+        first_ptr, first_links = csr([[i for i in out if routed[i]] for out in topology.out_links])
+        inbr_ptr, inbrs = csr(rarest_neighbours(topology))
+        into_ptr, into_links = csr(topology.in_links)
         near_ptr, near_nodes, near_dist = FK.nearest_first(
-            into_ptr, into_src, into_us, np.asarray(topology.npus, np.int64)
+            into_ptr, link_src[into_links], times[into_links], num_npus
         )
         max_keys = 1 + max(
             (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
             default=0,
         )
-        link_src, link_dst = link_endpoints(topology)
-        is_switch = np.asarray([topology.is_switch(v) for v in range(n)], np.bool_)
-        dag_of_link = np.full(num_links, -1, np.int64)
-        for link_id in np.nonzero(has_routes & is_switch[link_dst])[0].tolist():
-            dag_of_link[link_id] = dags.index(int(link_dst[link_id]))
-        node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us = dags.arrays()
         dag_sizes = np.diff(node_ptr)
         # Each link into a switch caches, per position of its DAG, the nearer-holdings row.
         slot_base = np.zeros(num_links + 1, np.int64)
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=slot_base[1:])
         return cls(
-            link_src, link_dst, np.asarray(times, np.float64), has_routes,
-            first_ptr, first_links, inbr_ptr, inbrs, near_ptr, near_nodes, near_dist, max_keys,
-            dag_of_link, node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us,
-            slot_base,
+            link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
+            near_ptr, near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu,
+            edge_ptr, edge_links, edge_preds, path_us, slot_base,
         )  # fmt: skip
-
-
-class _Dags:
-    """The shortest paths from each entry switch, numbered as first asked for, then flattened."""
-
-    def __init__(self, topology: Topology, times: list[float]) -> None:
-        self.fabric = Fabric(topology, times)
-        self._order: dict[int, int] = {}
-
-    def index(self, switch: int) -> int:
-        return self._order.setdefault(switch, len(self._order))
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                              np.ndarray, np.ndarray]:  # fmt: skip
-        node_rows: list[tuple[int, ...]] = []
-        first_npu: list[int] = []
-        edge_rows: list[tuple[tuple[int, int], ...]] = []
-        path_us: list[float] = []
-        for switch in self._order:
-            paths = self.fabric.paths_from(switch)
-            node_rows.append(paths.nodes)
-            first_npu.append(paths.first_npu)
-            edge_rows.extend(paths.edges_into)
-            path_us.extend(paths.path_us)
-        node_ptr, nodes = csr(node_rows)
-        edge_ptr = np.zeros(len(edge_rows) + 1, np.int64)
-        np.cumsum([len(row) for row in edge_rows], out=edge_ptr[1:])
-        pairs = np.asarray([pair for row in edge_rows for pair in row], np.int64).reshape(-1, 2)
-        edge_links, edge_preds = pairs[:, 0].copy(), pairs[:, 1].copy()
-        return (node_ptr, nodes, np.asarray(first_npu, np.int64), edge_ptr, edge_links,
-                edge_preds, np.asarray(path_us, np.float64))  # fmt: skip
 
 
 _cache: dict[tuple[int, int], tuple[Topology, FabricArrays]] = {}

@@ -11,10 +11,11 @@ at its own time, heterogeneous links need no common time step.
 Links are used through :mod:`routes <tacos.synthesizer.routes>`: a direct
 NPU-to-NPU link, or a path through switches that ends at an NPU (switches
 forward each chunk once and keep nothing). A link into a switch is matched
-with a destination and a chunk at once: destinations are tried in order of
-arrival over the :class:`~tacos.synthesizer.routes.Fabric` (the equal-cost
-path that arrives first given the links' bookings; a switch hop waits in the
-switch until its outgoing link is free, so later hops are booked in order).
+with a destination and a chunk at once: of the destinations that take a
+chunk, one the chunk reaches soonest over the
+:class:`~tacos.synthesizer.routes.Fabric` (the equal-cost path that arrives
+first given the links' bookings; a switch hop waits in the switch until its
+outgoing link is free, so later hops are booked in order), ties at random.
 Such a path shares its links (NICs, inter-switch links) with many others, so
 it carries a chunk only when no node nearer the receiver holds or is receiving
 it: a chunk enters each server or pod once and spreads inside it locally.
@@ -27,8 +28,9 @@ All-to-All and collectives over a subset of NPUs from flooding the network.
 Which of several eligible chunks a link sends is the policy:
 
 * ``"random"`` -- the plain TACOS rule: uniformly at random.
-* ``"rarest"`` (default) -- the chunk fewest of ``v``'s in-neighbours hold (so
-  the other links into ``v`` keep something to send), then the chunk with the
+* ``"rarest"`` (default) -- the chunk fewest of ``v``'s in-neighbours (NPUs
+  linked to ``v`` directly or through one switch) hold (so the other links
+  into ``v`` keep something to send), then the chunk with the
   fewest copies in the network; remaining ties at random. When more than
   ``RAREST_COMPARE_ALL`` chunks are eligible, only those in the 64-chunk word
   of one drawn at random compete (a full scan per decision would dominate the
@@ -56,7 +58,7 @@ from typing import Literal
 
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
-from tacos.synthesizer.routes import Fabric, Route, routes_from
+from tacos.synthesizer.routes import Fabric, Route, rarest_neighbours, routes_from
 from tacos.topology import Topology
 
 DeliveryCallback = Callable[[int], None]
@@ -183,20 +185,14 @@ class _SpreadState:
         self.sender_of: dict[int, int] = {}  # last hop of a message -> its sending NPU
 
         self.routes_by_link: dict[int, list[Route]] = defaultdict(list)
-        self.routes_into: dict[int, list[tuple[int, float]]] = defaultdict(list)
-        """Per node, the (source, per-chunk time) of every route into it."""
-        in_neighbours: list[set[int]] = [set() for _ in range(n)]
         self.fabric = Fabric(topology, self.durations) if topology.num_switches else None
         for node_routes in routes_from(topology, chunk_bytes, self.fabric):
             for route in node_routes:
                 self.routes_by_link[route.links[0]].append(route)
-                in_neighbours[route.dst].add(route.src)
-                route_us = sum(self.durations[i] for i in route.links)
-                self.routes_into[route.dst].append((route.src, route_us))
         self.routes_by_first_link_of: list[list[int]] = [[] for _ in range(n)]
         for link_id in sorted(self.routes_by_link):
             self.routes_by_first_link_of[topology.links[link_id].src].append(link_id)
-        self.in_neighbours = [sorted(s) for s in in_neighbours]
+        self.in_neighbours = rarest_neighbours(topology)
 
         num_chunks = 1 + max([s.chunk for s in sources] + [w.bit_length() for w in wants])
         self.copies = [0] * num_chunks
@@ -205,7 +201,7 @@ class _SpreadState:
             for chunk in _members(want):
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
-        self.near = _NearHoldings(self._distances_to, self.holds, self.incoming)
+        self.near = _NearHoldings(self._distances_to, self.holds, self.incoming, topology.num_npus)
         for source in sources:
             self.copies[source.chunk] += 1
             self.source_deps[(source.node, source.chunk)] = source.deps
@@ -258,26 +254,40 @@ class _SpreadState:
             if chunk is not None:
                 self._send(sender, route.dst, route.links, chunk, now)
             return
-        # A switch uplink: try the destinations reached soonest first.
+        # A switch uplink: of the destinations that take a chunk, one reached soonest.
         paths = self.fabric.earliest(link_id, now, self.free_at)
-        keyed = sorted((arrive, self.rng.random(), dst) for dst, (arrive, *_) in paths.items())
-        for _, _, dst in keyed:
-            _, path_us, links = paths[dst]
-            chunk = self._pick_chunk(sender, dst, self.near.holdings(dst, path_us))
-            if chunk is not None:
-                self._send(sender, dst, links, chunk, now)
-                return
+        takers = [
+            (arrive, dst)
+            for dst, (arrive, path_us, _) in paths.items()
+            if self._candidates(sender, dst, self.near.holdings(dst, path_us))
+        ]
+        if not takers:
+            return
+        soonest = min(arrive for arrive, _ in takers)
+        tied = [dst for arrive, dst in takers if arrive == soonest]
+        dst = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+        _, path_us, links = paths[dst]
+        chunk = self._pick_chunk(sender, dst, self.near.holdings(dst, path_us))
+        assert chunk is not None
+        self._send(sender, dst, links, chunk, now)
+
+    def _candidates(self, u: int, v: int, elsewhere: int) -> int:
+        """The chunks worth sending from ``u`` to ``v`` (a bit set), none of ``elsewhere``.
+
+        Those ``v`` lacks and wants, or if it wants none of them, those it would relay
+        towards a node waiting for them.
+        """
+        eligible = self.holds[u] & ~self.holds[v] & ~self.incoming[v] & ~elsewhere
+        wanted = eligible & self.wants[v]
+        if wanted or not eligible:
+            return wanted
+        return sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
 
     def _pick_chunk(self, u: int, v: int, elsewhere: int) -> int | None:
         """The chunk ``u`` sends ``v`` (None: nothing worth sending), not one of ``elsewhere``."""
-        eligible = self.holds[u] & ~self.holds[v] & ~self.incoming[v] & ~elsewhere
-        if not eligible:
-            return None
-        candidates = eligible & self.wants[v]
+        candidates = self._candidates(u, v, elsewhere)
         if not candidates:
-            candidates = sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
-            if not candidates:
-                return None
+            return None
         if self.policy == "random":
             return _random_member(candidates, self.rng)
         return self._rarest(candidates, v)
@@ -294,16 +304,22 @@ class _SpreadState:
         return False
 
     def _distances_to(self, target: int) -> dict[int, float]:
-        """Per-chunk time from every NPU to ``target`` over routes (cached)."""
+        """Per-chunk time from every node to ``target`` (cached).
+
+        Over the links themselves: a chain of routes is a path through NPUs and
+        switches and the fastest path splits at NPUs into routes, so this is the
+        distance over routes, found without listing every pair of NPUs.
+        """
         if target not in self._distance_to:
-            into = self.routes_into
+            links, into = self.topology.links, self.topology.in_links
             dist = {target: 0.0}
             heap = [(0.0, target)]
             while heap:
                 d, node = heapq.heappop(heap)
                 if d > dist[node]:
                     continue
-                for prev, cost in into[node]:
+                for link_id in into[node]:
+                    prev, cost = links[link_id].src, self.durations[link_id]
                     if d + cost < dist.get(prev, math.inf):
                         dist[prev] = d + cost
                         heapq.heappush(heap, (d + cost, prev))
@@ -385,9 +401,14 @@ class _NearHoldings:
     """
 
     def __init__(
-        self, distances_to: Callable[[int], dict[int, float]], holds: list[int], incoming: list[int]
+        self,
+        distances_to: Callable[[int], dict[int, float]],
+        holds: list[int],
+        incoming: list[int],
+        num_npus: int,
     ) -> None:
         self._distances_to = distances_to
+        self._num_npus = num_npus
         self._holds = holds
         self._incoming = incoming
         self._nearest_first: dict[int, tuple[list[float], list[int]]] = {}
@@ -413,10 +434,14 @@ class _NearHoldings:
             self._masks[key] |= bit
 
     def _nearest(self, v: int) -> tuple[list[float], list[int]]:
-        """Nodes other than ``v`` by distance to ``v`` (and their distances)."""
+        """NPUs other than ``v`` by distance to ``v`` (and their distances)."""
         found = self._nearest_first.get(v)
         if found is None:
-            order = sorted((d, node) for node, d in self._distances_to(v).items() if node != v)
+            order = sorted(
+                (d, node)
+                for node, d in self._distances_to(v).items()
+                if node != v and node < self._num_npus
+            )
             found = ([d for d, _ in order], [node for _, node in order])
             self._nearest_first[v] = found
         return found

@@ -69,6 +69,30 @@ def routes_from(
     return table
 
 
+def rarest_neighbours(topology: Topology) -> list[list[int]]:
+    """Per node, the NPUs the "rarest" chunk policy counts as its in-neighbours, by id.
+
+    Those with a direct link into the node or a route through one switch: the
+    nodes that compete to feed it over its own ingress links. Farther senders
+    (through a NIC and a leaf switch, say) reach every node of a cluster alike,
+    so counting them says nothing about this node and costs a pass over all
+    NPUs per decision.
+    """
+    links = topology.links
+    found: list[set[int]] = [set() for _ in range(topology.num_nodes)]
+    for node in topology.npus:
+        for link_id in topology.in_links[node]:
+            sender = links[link_id].src
+            if not topology.is_switch(sender):
+                found[node].add(sender)
+                continue
+            for into_switch in topology.in_links[sender]:
+                npu = links[into_switch].src
+                if npu != node and not topology.is_switch(npu):
+                    found[node].add(npu)
+    return [sorted(s) for s in found]
+
+
 @dataclass(frozen=True, slots=True)
 class ShortestPaths:
     """The statically shortest paths from one switch into the fabric and out to NPUs.
@@ -113,12 +137,17 @@ class Fabric:
     def __init__(self, topology: Topology, times: list[float]) -> None:
         self.topology = topology
         self.times = times
-        self.cost_ps = [round(t * 1e6) for t in times]
+        self.cost_ps = self.cost_ps_of(times)
         self._out = [
             [(link_id, topology.links[link_id].dst) for link_id in topology.out_links[node]]
             for node in range(topology.num_nodes)
         ]
         self._from_switch: dict[int, ShortestPaths] = {}
+
+    @staticmethod
+    def cost_ps_of(times: list[float]) -> list[int]:
+        """Link times in whole picoseconds, the unit path lengths are compared in."""
+        return [round(t * 1e6) for t in times]
 
     def paths_from(self, switch: int) -> ShortestPaths:
         """The shortest paths from ``switch`` (found on first use)."""
