@@ -286,9 +286,9 @@ def _verify_arrays(schedule: Schedule, report: VerificationReport) -> None:
 
     Every placement of a spreading collective carries one rank's data, so a
     copy either carries the chunk's only value or nothing: a slot's content
-    is "held since the first arrival". If no transfer leaves before its
-    sender holds the chunk (checked against first arrivals), that is exact;
-    otherwise the replay of :func:`_check_data` reports what follows.
+    is "held since the first arrival". If every transfer carries its chunk
+    (:func:`_every_transfer_carries`), that is exact; otherwise the replay of
+    :func:`_check_data` reports what follows.
     """
     t = TransferTable.from_transfers(schedule.transfers)
     if _structure_arrays(schedule, t, report):
@@ -440,7 +440,7 @@ def _data_arrays(schedule: Schedule, t: TransferTable, report: VerificationRepor
     first[node * num_chunks + chunk] = -np.inf
     arrival = t.end - _REL_TOL * np.maximum(1.0, np.abs(t.end))
     np.minimum.at(first, t.dst * num_chunks + t.chunk, arrival)
-    if not (first[t.src * num_chunks + t.chunk] <= t.start).all():
+    if not _every_transfer_carries(schedule, t, first, arrival):
         # A send of nothing empties its receiver's slot: replay that exactly.
         _check_data(schedule, report)
         return
@@ -455,3 +455,18 @@ def _data_arrays(schedule: Schedule, t: TransferTable, report: VerificationRepor
         )
 
     _report_failures(report, [(missing, 0, word)])
+
+
+def _every_transfer_carries(
+    schedule: Schedule, t: TransferTable, first: np.ndarray, arrival: np.ndarray
+) -> bool:
+    """Whether the replay of :func:`_check_data` sees every transfer carry its chunk.
+
+    By induction over the replay's events, it does when each transfer leaves
+    before it arrives (its arrival event, ``arrival``, may otherwise come first
+    and deliver nothing) and each node sends only from a slot that ``first``
+    holds by then. Then no sender lacks data and no slot is ever emptied, so
+    ``first`` is exact.
+    """
+    held = first[t.src * schedule.collective.num_chunks + t.chunk]
+    return bool((t.start < arrival).all() and (held <= t.start).all())
