@@ -69,7 +69,7 @@ class VerificationReport:
 def verify(schedule: Schedule, *, vectorised: bool | None = None) -> VerificationReport:
     """Check postcondition, causality and link exclusivity; never raises on bad schedules.
 
-    Copy-only schedules of spreading collectives on NPU-only topologies have an
+    Copy-only schedules of spreading collectives (switches or not) have an
     array path (:func:`_verify_arrays`) that reports the same problems as the
     replay and takes seconds for millions of transfers. ``vectorised=None``
     uses it for such schedules from :data:`ARRAY_PATH_ABOVE` transfers on (or
@@ -267,8 +267,6 @@ def _departing_value(
 # ---------------------------------------------------------------- the array path
 def _arrays_unsupported(schedule: Schedule) -> str | None:
     """Why :func:`_verify_arrays` cannot check ``schedule`` (None when it can)."""
-    if schedule.topology.num_switches:
-        return "the topology has switches"
     if not schedule.topology.cost.is_default:
         return f"it checks the paper's link model, not {schedule.topology.cost.describe()}"
     if schedule.collective.kind.reduces:
@@ -464,9 +462,35 @@ def _every_transfer_carries(
 
     By induction over the replay's events, it does when each transfer leaves
     before it arrives (its arrival event, ``arrival``, may otherwise come first
-    and deliver nothing) and each node sends only from a slot that ``first``
-    holds by then. Then no sender lacks data and no slot is ever emptied, so
-    ``first`` is exact.
+    and deliver nothing), each NPU sends only from a slot that ``first`` holds by
+    then, and switches forward cleanly (:func:`_switches_forward_cleanly`).
+    Then no sender lacks data and no slot is ever emptied, so ``first`` is exact.
     """
-    held = first[t.src * schedule.collective.num_chunks + t.chunk]
-    return bool((t.start < arrival).all() and (held <= t.start).all())
+    num_chunks = schedule.collective.num_chunks
+    from_npu = t.src < schedule.topology.num_npus
+    held = first[t.src[from_npu] * num_chunks + t.chunk[from_npu]]
+    return bool(
+        (t.start < arrival).all()
+        and (held <= t.start[from_npu]).all()
+        and _switches_forward_cleanly(t, np.nonzero(~from_npu)[0])
+    )
+
+
+def _switches_forward_cleanly(t: TransferTable, rows: np.ndarray) -> bool:
+    """Whether transfers ``rows``, which leave switches, pass on what their sources carried.
+
+    :func:`_departing_value` hands a switch's departure what its one dependency
+    carried when that left, and fails one with another number of dependencies
+    or one that forwards a transfer a second time. So the departure needs one
+    dependency, of its own chunk, that left before it (and so was replayed
+    first), and no two departures may share it. Where the dependency went is
+    the dependency check's business (:func:`_dependencies_arrays`).
+    """
+    if (np.diff(t.deps_ptr)[rows] != 1).any():
+        return False
+    source = t.deps[t.deps_ptr[rows]]
+    return bool(
+        (t.start[source] < t.start[rows]).all()
+        and (t.chunk[source] == t.chunk[rows]).all()
+        and len(np.unique(source)) == len(source)
+    )
