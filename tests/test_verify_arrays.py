@@ -1,6 +1,7 @@
 """The verifier's array path reports exactly what the replay reports, right or wrong."""
 
 import importlib
+import math
 import random
 from dataclasses import replace
 
@@ -18,7 +19,8 @@ SWITCHED = ["switch:8", "dgx:2x4", "fat-tree:4", "xgmi:2x4"]
 
 
 def mutations(transfers, num_chunks, num_links, rnd):
-    """Broken variants: dropped, early, clashing, too short, misrouted, orphaned, dangling."""
+    """Broken variants: dropped, early, clashing, too short, misrouted, orphaned, dangling,
+    never ending."""
     t = list(transfers)
     i = rnd.randrange(len(t))
     early = replace(t[i], start=0.0, end=t[i].end - t[i].start)
@@ -33,6 +35,7 @@ def mutations(transfers, num_chunks, num_links, rnd):
     yield [replace(x, start=x.start / 2, end=x.start / 2 + x.end - x.start) for x in t]
     yield []
     yield [replace(x, deps=(len(t) + 5,)) if j == 2 else x for j, x in enumerate(t)]
+    yield [*t[:-1], replace(t[-1], end=math.inf)]
 
 
 def switch_mutations(transfers, topo, num_chunks, rnd):
@@ -71,6 +74,7 @@ def assert_same_report(schedule):
     return replayed
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the replay's floats never warn
 @pytest.mark.parametrize("name", ["ring:5", "mesh2d:3x4", "hypercube:3", *SWITCHED])
 @pytest.mark.parametrize("kind", SPREADING)
 def test_both_paths_agree_on_valid_and_broken_schedules(name, kind):
