@@ -32,7 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
+from tacos.collective import Placement
 from tacos.errors import TacosError
 from tacos.schedule import Op, Schedule
 from tacos.transfers import TransferTable
@@ -40,7 +42,7 @@ from tacos.transfers import TransferTable
 _REL_TOL = 1e-9
 MAX_REPORTED = 20
 ARRAY_PATH_ABOVE = 20_000
-"""``verify`` checks copy-only spreading schedules with this many transfers on arrays."""
+"""``verify`` checks schedules the array path takes with this many transfers on arrays."""
 
 
 @dataclass
@@ -69,9 +71,10 @@ class VerificationReport:
 def verify(schedule: Schedule, *, vectorised: bool | None = None) -> VerificationReport:
     """Check postcondition, causality and link exclusivity; never raises on bad schedules.
 
-    Copy-only schedules of spreading collectives on NPU-only topologies have an
-    array path (:func:`_verify_arrays`) that reports the same problems as the
-    replay and takes seconds for millions of transfers. ``vectorised=None``
+    Copy-only schedules of spreading collectives and schedules of reducing ones
+    (switches or not, on the paper's link model) have an array path
+    (:func:`_verify_arrays`) that reports the same problems as the replay and
+    takes seconds for millions of transfers. ``vectorised=None``
     uses it for such schedules from :data:`ARRAY_PATH_ABOVE` transfers on (or
     given as a :class:`~tacos.transfers.TransferTable`); True insists on it
     (TacosError when it does not apply), False never uses it.
@@ -267,12 +270,10 @@ def _departing_value(
 # ---------------------------------------------------------------- the array path
 def _arrays_unsupported(schedule: Schedule) -> str | None:
     """Why :func:`_verify_arrays` cannot check ``schedule`` (None when it can)."""
-    if schedule.topology.num_switches:
-        return "the topology has switches"
     if not schedule.topology.cost.is_default:
         return f"it checks the paper's link model, not {schedule.topology.cost.describe()}"
     if schedule.collective.kind.reduces:
-        return f"{schedule.collective.kind} reduces"
+        return None  # replayed compiled, reductions and all (:func:`_data_compiled`)
     transfers = schedule.transfers
     if isinstance(transfers, TransferTable):
         copies_only = not transfers.op.any()
@@ -286,15 +287,28 @@ def _verify_arrays(schedule: Schedule, report: VerificationReport) -> None:
 
     Every placement of a spreading collective carries one rank's data, so a
     copy either carries the chunk's only value or nothing: a slot's content
-    is "held since the first arrival". If no transfer leaves before its
-    sender holds the chunk (checked against first arrivals), that is exact;
-    otherwise the replay of :func:`_check_data` reports what follows.
+    is "held since the first arrival". If every transfer carries its chunk
+    (:func:`_every_transfer_carries`), that is exact; otherwise the replay of
+    :func:`_check_data` reports what follows. Reductions combine contributions,
+    so reducing collectives replay their data compiled (:func:`_data_compiled`).
     """
     t = TransferTable.from_transfers(schedule.transfers)
-    if _structure_arrays(schedule, t, report):
+    # Infinite times make NaNs (inf - inf), silently in the replay's floats; here too.
+    with np.errstate(invalid="ignore"):
+        if not _structure_arrays(schedule, t, report):
+            return
         _links_arrays(t, report)
         _dependencies_arrays(t, report)
-        _data_arrays(schedule, t, report)
+        if schedule.collective.kind.reduces:
+            _data_compiled(schedule, t, report)
+        else:
+            _data_arrays(schedule, t, report)
+
+
+def _arrival_keys(t: TransferTable) -> np.ndarray:
+    """When :func:`_check_data` applies each arrival: a rounding slack before its end,
+    so that it comes before departures at that time."""
+    return t.end - _REL_TOL * np.maximum(1.0, np.abs(t.end))
 
 
 def _close_enough_before_arrays(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -438,9 +452,9 @@ def _data_arrays(schedule: Schedule, t: TransferTable, report: VerificationRepor
     first = np.full(schedule.topology.num_nodes * num_chunks, np.inf)
     node, chunk, _ = spec.spread_arrays(final=False)
     first[node * num_chunks + chunk] = -np.inf
-    arrival = t.end - _REL_TOL * np.maximum(1.0, np.abs(t.end))
+    arrival = _arrival_keys(t)
     np.minimum.at(first, t.dst * num_chunks + t.chunk, arrival)
-    if not (first[t.src * num_chunks + t.chunk] <= t.start).all():
+    if not _every_transfer_carries(schedule, t, first, arrival):
         # A send of nothing empties its receiver's slot: replay that exactly.
         _check_data(schedule, report)
         return
@@ -455,3 +469,140 @@ def _data_arrays(schedule: Schedule, t: TransferTable, report: VerificationRepor
         )
 
     _report_failures(report, [(missing, 0, word)])
+
+
+def _every_transfer_carries(
+    schedule: Schedule, t: TransferTable, first: np.ndarray, arrival: np.ndarray
+) -> bool:
+    """Whether the replay of :func:`_check_data` sees every transfer carry its chunk.
+
+    By induction over the replay's events, it does when each transfer leaves
+    before it arrives (its arrival event, ``arrival``, may otherwise come first
+    and deliver nothing), each NPU sends only from a slot that ``first`` holds by
+    then, and switches forward cleanly (:func:`_switches_forward_cleanly`).
+    Then no sender lacks data and no slot is ever emptied, so ``first`` is exact.
+    """
+    num_chunks = schedule.collective.num_chunks
+    from_npu = t.src < schedule.topology.num_npus
+    held = first[t.src[from_npu] * num_chunks + t.chunk[from_npu]]
+    return bool(
+        (t.start < arrival).all()
+        and (held <= t.start[from_npu]).all()
+        and _switches_forward_cleanly(t, np.nonzero(~from_npu)[0])
+    )
+
+
+def _switches_forward_cleanly(t: TransferTable, rows: np.ndarray) -> bool:
+    """Whether transfers ``rows``, which leave switches, pass on what their sources carried.
+
+    :func:`_departing_value` hands a switch's departure what its one dependency
+    carried when that left, and fails one with another number of dependencies
+    or one that forwards a transfer a second time. So the departure needs one
+    dependency, of its own chunk, that left before it (and so was replayed
+    first), and no two departures may share it. Where the dependency went is
+    the dependency check's business (:func:`_dependencies_arrays`).
+    """
+    if (np.diff(t.deps_ptr)[rows] != 1).any():
+        return False
+    source = t.deps[t.deps_ptr[rows]]
+    return bool(
+        (t.start[source] < t.start[rows]).all()
+        and (t.chunk[source] == t.chunk[rows]).all()
+        and len(np.unique(source)) == len(source)
+    )
+
+
+def _data_compiled(schedule: Schedule, t: TransferTable, report: VerificationReport) -> None:
+    """The replay of :func:`_check_data`, compiled, with each bit set as a row of words.
+
+    It only tells whether the replay finds anything wrong, which is rare and
+    then worded by :func:`_check_data` itself. Its events are sorted as the
+    replay sorts them (by time, arrivals first, then by index) when all times
+    are finite; otherwise the replay runs.
+    """
+    spec, topo = schedule.collective, schedule.topology
+    words = (spec.num_ranks + 63) // 64
+    times = np.concatenate((_arrival_keys(t), t.start))
+    value = np.zeros((topo.num_npus * spec.num_chunks, words), np.uint64)
+    node, chunk, bits = _placement_words(spec.initial_data(), words)
+    value[node * spec.num_chunks + chunk] = bits
+    clean = bool(np.isfinite(times).all()) and _replay_words(
+        np.argsort(times, kind="stable"),
+        t.src,
+        t.dst,
+        t.chunk,
+        t.op,
+        t.deps_ptr,
+        t.deps,
+        topo.num_npus,
+        value,
+        np.zeros((len(t), words), np.uint64),
+    )
+    if clean:
+        node, chunk, bits = _placement_words(spec.final_data(), words)
+        clean = np.array_equal(value[node * spec.num_chunks + chunk], bits)
+    if not clean:
+        _check_data(schedule, report)
+
+
+def _placement_words(
+    placements: list[Placement], words: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(node, chunk, bits)`` of ``placements``, each bit set as ``words`` 64-bit words."""
+    count = len(placements)
+    node = np.fromiter((p[0] for p in placements), np.int64, count)
+    chunk = np.fromiter((p[1] for p in placements), np.int64, count)
+    raw = b"".join(p[2].to_bytes(8 * words, "little") for p in placements)
+    bits = np.frombuffer(raw, np.dtype("<u8")).reshape(count, words)
+    return node, chunk, bits.astype(np.uint64)
+
+
+@njit(cache=True)
+def _replay_words(
+    events: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    chunk: np.ndarray,
+    op: np.ndarray,
+    deps_ptr: np.ndarray,
+    deps: np.ndarray,
+    num_npus: int,
+    value: np.ndarray,
+    carried: np.ndarray,
+) -> bool:
+    """Whether :func:`_check_data`'s events (``i`` arrives, ``len(src) + i`` leaves) pass.
+
+    ``value`` starts with the NPUs' initial slots (row ``node * num_chunks +
+    chunk``) and ends with their final ones; ``carried`` (zeros) takes what each
+    transfer carries when it leaves, as :func:`_departing_value` hands it out.
+    """
+    n, words = len(src), value.shape[1]
+    num_chunks = value.shape[0] // num_npus
+    forwarded = np.zeros(n, np.bool_)
+    for event in events:
+        i = event % n
+        if event >= n and src[i] < num_npus:
+            row, held = src[i] * num_chunks + chunk[i], False
+            for w in range(words):
+                carried[i, w] = value[row, w]
+                held |= value[row, w] != 0
+            if not held:
+                return False
+        elif event >= n:
+            if deps_ptr[i + 1] - deps_ptr[i] != 1 or forwarded[deps[deps_ptr[i]]]:
+                return False
+            forwarded[deps[deps_ptr[i]]] = True
+            carried[i] = carried[deps[deps_ptr[i]]]
+        elif dst[i] >= num_npus:
+            if op[i]:
+                return False  # a switch cannot reduce
+        else:
+            row = dst[i] * num_chunks + chunk[i]
+            for w in range(words):
+                if not op[i]:
+                    value[row, w] = carried[i, w]
+                elif value[row, w] & carried[i, w]:
+                    return False  # a contribution counted twice
+                else:
+                    value[row, w] |= carried[i, w]
+    return True
