@@ -424,6 +424,9 @@ def run_fabric_spread(
     slot_cache = np.full(slot_base[-1], -2, np.int64)  # per (link, DAG position): its mask row
     witness = np.full(slot_base[-1], -1, np.int64)  # per (link, DAG position): _takes_some
     held = np.zeros(num_nodes, np.int64)  # chunks each node holds
+    # Per link into a switch: held[u] when no destination took anything (none can until
+    # u gains a chunk; an arrival makes its sender's links candidates again all the same).
+    none_since = np.full(num_links, -1, np.int64)
     gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
 
@@ -497,7 +500,7 @@ def run_fabric_spread(
                                            counters)  # fmt: skip
                 path[0] = link
                 hops = 1
-            else:
+            elif none_since[link] != held[u]:
                 # Of the destinations that take a chunk, one that the chunk reaches
                 # soonest (ties: the reference's draw among them, in id order).
                 base = dag_node_ptr[dag]
@@ -519,7 +522,9 @@ def run_fabric_spread(
                     ):
                         dest_pos[num_dests] = p
                         num_dests += 1
-                if num_dests:
+                if not num_dests:
+                    none_since[link] = held[u]
+                else:
                     # Earliest arrival over the statically shortest paths (Fabric.earliest).
                     decision += 1
                     arrival[0] = max(now, free_at[link]) + link_time[link]
