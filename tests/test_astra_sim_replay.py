@@ -2,7 +2,8 @@
 
 Uses $ASTRA_SIM_BIN, else the prebuilt binary in the shared tools folder; skips
 when neither exists. The custom route must land within 5% of ``tacos simulate``
-(it lands within a few ns). The p2p route runs the traces as ASTRA-sim's
+on direct links (it lands within a few ns), 10% through a switch (see
+:func:`p2p_tolerance`). The p2p route runs the traces as ASTRA-sim's
 standalone workload, which keeps one send in flight per NPU; it must land within
 5% of that prediction (``tacos simulate --sends-in-flight 1``), recorded in the
 bundle's manifest.
@@ -54,13 +55,19 @@ def run_bundle(bundle: Path, *route: str, cwd: Path | None = None) -> dict[int, 
 
 
 def p2p_tolerance(spec: str, route: str) -> float:
-    """5%, except the one-port prediction of the p2p route through a switch.
+    """5% on direct links; through a switch, what the paper's link model gets there.
 
-    There our one-port model of ASTRA-sim's standalone workload is approximate:
-    measured 0.86-1.03 of the prediction (switch:8, 1-2 chunks per NPU, all eight
-    collectives); the custom route stays within 5% everywhere.
+    These bundles are synthesized with the paper's link model, which stores a
+    chunk in the switch before forwarding it; ASTRA-sim pipelines it (schedules
+    for pipelined links land within 2%: see the test below). Measured on
+    switch:8, seeds 0-7, one chunk per NPU: the custom route lands at 0.98-1.00
+    of the prediction for All-Gather and Reduce-Scatter, 0.93-1.09 for
+    All-Reduce; the p2p route (our one-port model of ASTRA-sim's standalone
+    workload) at 0.86-1.03 (1-2 chunks per NPU, all eight collectives).
     """
-    return 0.15 if route == "p2p" and spec.startswith("switch") else 0.05
+    if not spec.startswith("switch"):
+        return 0.05
+    return 0.15 if route == "p2p" else 0.10
 
 
 def bundle_for(tmp_path: Path, spec: str, kind: CollectiveKind, chunks: int = 1) -> Path:
