@@ -111,28 +111,30 @@ def test_both_paths_agree_on_valid_and_broken_schedules(name, kind):
         assert_same_report(Schedule(topo, spec, broken, schedule.meta))
 
 
+def assert_both_paths_catch(name, kind, seed, mutate):
+    """Three rounds of ``mutate(transfers, topology, num_chunks, rnd)``: each broken
+    schedule fails, with the same report on both paths."""
+    topo = tacos.from_spec(name)
+    spec = Collective(kind, tuple(topo.npus), 2, 4096)
+    schedule = tacos.synthesize(topo, spec, seed=seed)
+    rnd = random.Random(name)
+    for _ in range(3):
+        for broken in mutate(schedule.transfers, topo, spec.num_chunks, rnd):
+            assert not assert_same_report(Schedule(topo, spec, broken, schedule.meta)).ok
+
+
 @pytest.mark.parametrize("name", ["ring:5", "hypercube:3", *SWITCHED])
 @pytest.mark.parametrize("kind", REDUCING)
 def test_both_paths_agree_on_every_broken_reduction_and_catch_it(name, kind):
-    topo = tacos.from_spec(name)
-    spec = Collective(kind, tuple(topo.npus), 2, 4096)
-    schedule = tacos.synthesize(topo, spec, seed=5)
-    rnd = random.Random(name)
-    for _ in range(3):
-        for broken in reduce_mutations(schedule.transfers, topo, rnd):
-            assert not assert_same_report(Schedule(topo, spec, broken, schedule.meta)).ok
+    assert_both_paths_catch(
+        name, kind, 5, lambda transfers, topo, _, rnd: reduce_mutations(transfers, topo, rnd)
+    )
 
 
 @pytest.mark.parametrize("name", SWITCHED)
 @pytest.mark.parametrize("kind", [CollectiveKind.ALL_GATHER, CollectiveKind.ALL_TO_ALL, *REDUCING])
 def test_both_paths_agree_on_every_broken_forward_and_catch_it(name, kind):
-    topo = tacos.from_spec(name)
-    spec = Collective(kind, tuple(topo.npus), 2, 4096)
-    schedule = tacos.synthesize(topo, spec, seed=3)
-    rnd = random.Random(name)
-    for _ in range(3):
-        for broken in switch_mutations(schedule.transfers, topo, spec.num_chunks, rnd):
-            assert not assert_same_report(Schedule(topo, spec, broken, schedule.meta)).ok
+    assert_both_paths_catch(name, kind, 3, switch_mutations)
 
 
 @pytest.mark.parametrize("name", ["torus2d:3x3", *SWITCHED])
