@@ -1,9 +1,11 @@
 """Scale report: All-Gather synthesis time, peak memory and quality from 64 to 40,000 NPUs.
 
-Run: ``python benchmarks/scale.py [--big] [--policy rarest random] [--chunks 1]``
+Run: ``python benchmarks/scale.py [--big | --clusters] [--policy rarest random] [--chunks 1]
+[--timeout SECONDS]``
 
 For every topology (2D meshes and tori, 3D tori; 64..4096 NPUs, and with
-``--big`` 16,384- and 40,000-NPU meshes) and policy it prints, measured in
+``--big`` 16,384- and 40,000-NPU meshes; with ``--clusters`` DGX-like clusters
+of 512 to 4096 GPUs instead) and policy it prints, measured in
 this run: NPUs, directed links, chunks, transfers, synthesis seconds, peak
 resident memory (MiB), the collective time over the best lower bound
 (1.000 is provably optimal), and the verification seconds. Each point runs in
@@ -36,6 +38,7 @@ SMALL = ["mesh2d:8x8", "mesh2d:16x16", "mesh2d:32x32", "mesh2d:64x64",
          "torus2d:8x8", "torus2d:16x16", "torus2d:32x32", "torus2d:64x64",
          "torus3d:4x4x4", "torus3d:8x8x4", "torus3d:8x8x16", "torus3d:16x16x16"]  # fmt: skip
 BIG = ["mesh2d:128x128", "mesh2d:200x200"]
+CLUSTERS = ["dgx:64x8", "dgx:128x8", "dgx:256x8", "dgx:512x8"]
 STREAM_ABOVE = 4096
 """Larger All-Gathers are streamed to disk instead of kept in memory."""
 
@@ -46,8 +49,9 @@ def measure(spec: str, policy: str, chunks: int, engine: str, keep: str | None) 
     from tacos.collective import Collective, CollectiveKind
     from tacos.stream import stream_all_gather
 
-    warm = tacos.from_spec("ring:4")  # load the compiled kernels before timing
-    tacos.synthesize(warm, Collective(CollectiveKind.ALL_GATHER, (0, 1, 2, 3)), engine="fast")
+    for warm_spec in ("ring:4", "switch:4"):  # load the compiled kernels before timing
+        warm = tacos.from_spec(warm_spec)
+        tacos.synthesize(warm, Collective(CollectiveKind.ALL_GATHER, (0, 1, 2, 3)), engine="fast")
     topo = tacos.from_spec(spec)
     collective = Collective(CollectiveKind.ALL_GATHER, tuple(topo.npus), chunks, 2**20)
     started = time.perf_counter()
@@ -127,7 +131,9 @@ def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help="also 16,384 and 40,000 NPUs")
+    parser.add_argument("--clusters", action="store_true", help="DGX-like clusters instead")
     parser.add_argument("--topologies", nargs="+", help="topology specs instead of the suite")
+    parser.add_argument("--timeout", type=float, help="give up on a point after this many s")
     parser.add_argument("--policy", nargs="+", default=["rarest", "random"])
     parser.add_argument("--chunks", type=int, default=1, help="chunks per NPU")
     parser.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"])
@@ -140,7 +146,7 @@ def main() -> None:
         print(json.dumps(measure(spec, policy, args.chunks, args.engine, args.keep)))
         return
 
-    specs = args.topologies or SMALL + (BIG if args.big else [])
+    specs = args.topologies or (CLUSTERS if args.clusters else SMALL + (BIG if args.big else []))
     header = (f"{'topology':18} {'policy':6} {'NPUs':>6} {'links':>7} {'chunks':>6} "
               f"{'transfers':>13} {'synth_s':>9} {'peak_MiB':>9} {'time/bound':>10} "
               f"{'verify_s':>8}  engine")  # fmt: skip
@@ -154,7 +160,13 @@ def main() -> None:
             if args.keep:
                 command += ["--keep", args.keep]
             # stderr stays the terminal's: the point's progress bar shows there.
-            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+            try:
+                done = subprocess.run(
+                    command, stdout=subprocess.PIPE, text=True, check=False, timeout=args.timeout
+                )
+            except subprocess.TimeoutExpired:
+                print(f"{spec} {policy}: not done in {args.timeout:g} s", flush=True)
+                continue
             if done.returncode != 0:
                 print(f"{spec} {policy}: failed (exit status {done.returncode})", file=sys.stderr)
                 continue
