@@ -94,25 +94,19 @@ def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int
 
 # ---------------------------------------------------------------- chunk choice
 @njit(cache=True, inline="always")
-def _eligible(
-    u: int, v: int, slot: int, w: int, masks: np.ndarray, holds: np.ndarray, taken: np.ndarray
-) -> np.uint64:
-    """Word ``w`` of the chunks ``u`` may send ``v``: ``v`` lacks them, and nodes nearer to
-    ``v`` than the path (mask row ``slot``; -1 for none) do too."""
-    bits = holds[u, w] & ~taken[v, w]
-    if slot >= 0:
-        bits &= ~masks[slot, w]
-    return bits
+def _eligible(u: int, rows: np.ndarray, row: int, w: int, holds: np.ndarray) -> np.uint64:
+    """Word ``w`` of the chunks ``u`` holds and ``rows[row]`` lacks (the receiver's
+    ``taken`` row, or the cover of the receiver and the nodes nearer to it)."""
+    return holds[u, w] & ~rows[row, w]
 
 
 @njit(cache=True)
 def _pick_chunk(
     u: int,
     v: int,
-    slot: int,
-    masks: np.ndarray,
+    rows: np.ndarray,
+    row: int,
     holds: np.ndarray,
-    taken: np.ndarray,
     inbr_ptr: np.ndarray,
     inbrs: np.ndarray,
     copies: np.ndarray,
@@ -122,18 +116,21 @@ def _pick_chunk(
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> int:
-    """The reference's ``_pick_chunk`` (every chunk ``v`` lacks is wanted): -1 for none."""
+    """The reference's ``_pick_chunk`` (every chunk ``v`` lacks is wanted): -1 for none.
+
+    ``rows[row]``: what ``v`` has, or with a path through switches, what its cover has.
+    """
     words = holds.shape[1]
     count = 0
     for w in range(words):
-        count += popcount(_eligible(u, v, slot, w, masks, holds, taken))
+        count += popcount(_eligible(u, rows, row, w, holds))
     if count == 0:
         return -1
     k = 0
     if not rarest or count > compare_all_up_to:
         r = randbelow(count, mt, counters)
         for w in range(words):
-            bits = _eligible(u, v, slot, w, masks, holds, taken)
+            bits = _eligible(u, rows, row, w, holds)
             here = popcount(bits)
             if r < here:
                 break
@@ -143,7 +140,7 @@ def _pick_chunk(
         k = list_members(bits, w, pool, 0)  # the eligible chunks of the drawn one's word
     else:
         for w in range(words):
-            k = list_members(_eligible(u, v, slot, w, masks, holds, taken), w, pool, k)
+            k = list_members(_eligible(u, rows, row, w, holds), w, pool, k)
     best_holders, best_copies, ties = 1 << 62, 1 << 62, 0
     for i in range(k):
         chunk = pool[i]
@@ -162,42 +159,37 @@ def _pick_chunk(
 @njit(cache=True, inline="always")
 def _takes_some(
     u: int,
-    v: int,
-    slot: int,
+    cover: int,
     entry: int,
     witness: np.ndarray,
     held: np.ndarray,
     gained: np.ndarray,
-    masks: np.ndarray,
+    covers: np.ndarray,
     holds: np.ndarray,
-    taken: np.ndarray,
 ) -> bool:
-    """Whether ``u`` has a chunk that ``v`` lacks and nodes nearer to it lack too.
+    """Whether ``u`` has a chunk that no node of ``cover`` has or receives.
 
-    The answer for one (link, destination) is remembered in ``witness[entry]``:
-    a chunk that made it yes (still yes while ``v`` and the nearer nodes lack
-    it: ``u`` keeps what it holds), or ``-2 - held[u]`` when it was no (still
-    no but for the chunks ``u`` gained since, ``gained[u, held:]``: what ``v``
-    and the nearer nodes have only grows); -1 when not asked yet. Without it a
-    link would scan every destination's whole bit set each time its NPU gains
-    a chunk.
+    The answer for one (link, cover) is remembered in ``witness[entry]``: a
+    chunk that made it yes (still yes while the cover lacks it: ``u`` keeps
+    what it holds), or ``-2 - held[u]`` when it was no (still no but for the
+    chunks ``u`` gained since, ``gained[u, held:]``: what a cover has only
+    grows); -1 when not asked yet. Without it a link would scan every cover's
+    whole bit set each time its NPU gains a chunk.
     """
     known = witness[entry]
     if known >= 0:
-        w, bit = known >> 6, _ONE << np.uint64(known & 63)
-        if not taken[v, w] & bit and (slot < 0 or not masks[slot, w] & bit):
+        if not covers[cover, known >> 6] & (_ONE << np.uint64(known & 63)):
             return True
     elif known < -1:
         for k in range(-2 - known, held[u]):
             chunk = gained[u, k]
-            w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
-            if not taken[v, w] & bit and (slot < 0 or not masks[slot, w] & bit):
+            if not covers[cover, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
                 witness[entry] = chunk
                 return True
         witness[entry] = -2 - held[u]
         return False
     for w in range(holds.shape[1]):
-        bits = _eligible(u, v, slot, w, masks, holds, taken)
+        bits = _eligible(u, covers, cover, w, holds)
         if bits:
             witness[entry] = w * 64 + nth_bit(bits, 0)
             return True
@@ -253,66 +245,106 @@ def _arrive(
         top -= 1
 
 
-# ---------------------------------------------------------------- nearer holdings
+# ---------------------------------------------------------------- covers
+@njit(cache=True, inline="always")
+def _mix(node: int) -> np.uint64:
+    """A 64-bit fingerprint of ``node`` (splitmix64); a set's is the xor of its members'."""
+    z = np.uint64(node) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 @njit(cache=True)
-def _near_slot(
+def _cover_of(
     v: int,
     path_us: float,
     near_ptr: np.ndarray,
     near_nodes: np.ndarray,
     near_dist: np.ndarray,
     key_cut: np.ndarray,
-    key_slot: np.ndarray,
+    key_cover: np.ndarray,
     num_keys: np.ndarray,
-    masks: np.ndarray,
-    num_slots: np.ndarray,
+    covers: np.ndarray,
+    cover_print: np.ndarray,
+    cover_ptr: np.ndarray,
+    cover_members: np.ndarray,
+    counts: np.ndarray,
     taken: np.ndarray,
     watch: np.ndarray,
     watch_head: np.ndarray,
-) -> tuple[int, np.ndarray]:
-    """The mask row of chunks nodes nearer to ``v`` than ``path_us`` have or receive (-1: none).
+    marked: np.ndarray,
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """The cover of ``v`` for a path of ``path_us``: ``v`` and the nodes nearer to it.
 
-    As the reference's ``_NearHoldings``: a row is made on first use from the
-    nodes' ``taken`` rows, and those nodes then keep it up to date
-    (:func:`_near_gain`) through the ``watch`` list (rows: next entry, slot).
-    Returns the (maybe grown) watch list.
+    A path through switches may bring ``v`` a chunk only when no node of its
+    cover has or receives it (the reference's ``_NearHoldings``), so
+    destinations with one cover (the GPUs of a server, the hosts of a pod)
+    take the same chunks and are judged once. Covers are the same node set
+    once: a row of ``covers`` made on first use from the members' ``taken``
+    rows, kept up to date by the members (:func:`_near_gain`) through the
+    ``watch`` list (rows: next entry, cover). ``counts``: covers, watch
+    entries, member entries. Returns the cover and the (maybe grown) watch
+    and member lists.
     """
     first, last = near_ptr[v], near_ptr[v + 1]
     cut = np.searchsorted(near_dist[first:last], path_us * NEARER)
-    if cut == 0:
-        return -1, watch
     for j in range(num_keys[v]):
         if key_cut[v, j] == cut:
-            return key_slot[v, j], watch
-    slot = num_slots[0]
-    num_slots[0] += 1
-    key_cut[v, num_keys[v]] = cut
-    key_slot[v, num_keys[v]] = slot
-    num_keys[v] += 1
+            return key_cover[v, j], watch, cover_members
+    fingerprint = _mix(v)
+    marked[v] = True
     for i in range(first, first + cut):
-        node = near_nodes[i]
-        for w in range(taken.shape[1]):
-            masks[slot, w] |= taken[node, w]
-        entry = num_slots[1]
-        if entry == watch.shape[0]:
-            grown = np.empty((2 * entry + 16, 2), np.int64)
-            grown[:entry] = watch[:entry]
-            watch = grown
-        num_slots[1] += 1
-        watch[entry, 0], watch[entry, 1] = watch_head[node], slot
-        watch_head[node] = entry
-    return slot, watch
+        fingerprint ^= _mix(near_nodes[i])
+        marked[near_nodes[i]] = True
+    cover = -1
+    for c in range(counts[0]):
+        if cover_print[c] == fingerprint and cover_ptr[c + 1] - cover_ptr[c] == cut + 1:
+            same = True
+            for i in range(cover_ptr[c], cover_ptr[c + 1]):
+                same &= marked[cover_members[i]]
+            if same:
+                cover = c
+                break
+    marked[v] = False
+    for i in range(first, first + cut):
+        marked[near_nodes[i]] = False
+    if cover < 0:
+        cover = counts[0]
+        counts[0] += 1
+        cover_print[cover] = fingerprint
+        if counts[2] + cut + 1 > cover_members.shape[0]:
+            cover_members = _grown(cover_members, 2 * (counts[2] + cut + 1))
+        for k in range(cut + 1):
+            node = v if k == 0 else near_nodes[first + k - 1]
+            cover_members[counts[2] + k] = node
+            for w in range(taken.shape[1]):
+                covers[cover, w] |= taken[node, w]
+            entry = counts[1]
+            if entry == watch.shape[0]:
+                grown = np.empty((2 * entry + 16, 2), np.int64)
+                grown[:entry] = watch[:entry]
+                watch = grown
+            counts[1] += 1
+            watch[entry, 0], watch[entry, 1] = watch_head[node], cover
+            watch_head[node] = entry
+        counts[2] += cut + 1
+        cover_ptr[cover + 1] = counts[2]
+    key_cut[v, num_keys[v]] = cut
+    key_cover[v, num_keys[v]] = cover
+    num_keys[v] += 1
+    return cover, watch, cover_members
 
 
 @njit(cache=True, inline="always")
-def _near_gain(
-    node: int, chunk: int, masks: np.ndarray, watch: np.ndarray, watch_head: np.ndarray
+def _cover_gain(
+    node: int, chunk: int, covers: np.ndarray, watch: np.ndarray, watch_head: np.ndarray
 ) -> None:
-    """``node`` now has or receives ``chunk``: the rows it is nearer for get it."""
+    """``node`` now has or receives ``chunk``: so do the covers it belongs to."""
     w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
     entry = watch_head[node]
     while entry >= 0:
-        masks[watch[entry, 1], w] |= bit
+        covers[watch[entry, 1], w] |= bit
         entry = watch[entry, 0]
 
 
@@ -371,13 +403,24 @@ def run_fabric_spread(
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
     sender_of = np.empty(0, np.int64)
     # near holdings
+    # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
-    key_slot = np.zeros((num_nodes, max_keys), np.int64)
+    key_cover = np.zeros((num_nodes, max_keys), np.int64)
     num_keys = np.zeros(num_nodes, np.int64)
-    masks = np.zeros((num_nodes * max_keys, words), np.uint64)
-    num_slots = np.zeros(2, np.int64)  # mask rows, watch entries
+    covers = np.zeros((num_nodes * max_keys, words), np.uint64)
+    cover_print = np.zeros(num_nodes * max_keys, np.uint64)
+    cover_ptr = np.zeros(num_nodes * max_keys + 1, np.int64)
+    cover_members = np.empty(0, np.int64)
+    cover_counts = np.zeros(3, np.int64)  # covers, watch entries, member entries
     watch = np.empty((0, 2), np.int64)
     watch_head = np.full(num_nodes, -1, np.int64)
+    marked_node = np.zeros(num_nodes, np.bool_)
+    num_groups = np.full(num_links, -1, np.int64)  # -1: not grouped yet
+    group_cover = np.empty(slot_base[-1], np.int64)  # from slot_base[link]: a group's cover,
+    group_first = np.empty(slot_base[-1], np.int64)  # ... where its positions start in
+    group_size = np.zeros(slot_base[-1], np.int64)  # group_pos, and how many
+    group_pos = np.empty(slot_base[-1], np.int64)
+    group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
     # events
     ev_times = np.empty(0)
     ev_rows = np.empty((0, 4), np.int64)
@@ -421,8 +464,8 @@ def run_fabric_spread(
     came_link = np.empty(biggest_dag, np.int64)
     came_pred = np.empty(biggest_dag, np.int64)
     dest_pos = np.empty(biggest_dag, np.int64)
-    slot_cache = np.full(slot_base[-1], -2, np.int64)  # per (link, DAG position): its mask row
-    witness = np.full(slot_base[-1], -1, np.int64)  # per (link, DAG position): _takes_some
+    dest_cover = np.empty(biggest_dag, np.int64)
+    witness = np.full(slot_base[-1], -1, np.int64)  # per (link, group): _takes_some
     held = np.zeros(num_nodes, np.int64)  # chunks each node holds
     # Per link into a switch: held[u] when no destination took anything (none can until
     # u gains a chunk; an arrival makes its sender's links candidates again all the same).
@@ -446,7 +489,7 @@ def run_fabric_spread(
             if kind == AVAILABLE:
                 node, chunk = b, a
                 taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
-                _near_gain(node, chunk, masks, watch, watch_head)
+                _cover_gain(node, chunk, covers, watch, watch_head)
             else:
                 node, chunk = link_dst[out_link[a]], out_chunk[a]
                 arrived_by[node, chunk] = a + index_offset
@@ -495,9 +538,8 @@ def run_fabric_spread(
             chosen_chunk, hops, v, num_dests = -1, 0, -1, 0
             if dag < 0:
                 v = link_dst[link]
-                chosen_chunk = _pick_chunk(u, v, -1, masks, holds, taken, inbr_ptr, inbrs,
-                                           copies, rarest, compare_all_up_to, pool, mt,
-                                           counters)  # fmt: skip
+                chosen_chunk = _pick_chunk(u, v, taken, v, holds, inbr_ptr, inbrs, copies, rarest,
+                                           compare_all_up_to, pool, mt, counters)  # fmt: skip
                 path[0] = link
                 hops = 1
             elif none_since[link] != held[u]:
@@ -506,22 +548,43 @@ def run_fabric_spread(
                 base = dag_node_ptr[dag]
                 size = dag_node_ptr[dag + 1] - base
                 cache = slot_base[link]
-                for p in range(dag_first_npu[dag], size):
-                    v = dag_nodes[base + p]
-                    if v == u:
-                        continue
-                    slot = slot_cache[cache + p]
-                    if slot == -2:
+                if num_groups[link] < 0:
+                    # Group the destinations by cover, once per link.
+                    groups = 0
+                    for p in range(dag_first_npu[dag], size):
                         path_us = link_time[link] + dag_path_us[base + p]
-                        slot, watch = _near_slot(v, path_us, near_ptr, near_nodes, near_dist,
-                                                 key_cut, key_slot, num_keys, masks, num_slots,
-                                                 taken, watch, watch_head)  # fmt: skip
-                        slot_cache[cache + p] = slot
-                    if _takes_some(
-                        u, v, slot, cache + p, witness, held, gained, masks, holds, taken
-                    ):
-                        dest_pos[num_dests] = p
-                        num_dests += 1
+                        cover, watch, cover_members = _cover_of(
+                            dag_nodes[base + p], path_us, near_ptr, near_nodes, near_dist,
+                            key_cut, key_cover, num_keys, covers, cover_print, cover_ptr,
+                            cover_members, cover_counts, taken, watch, watch_head, marked_node,
+                        )  # fmt: skip
+                        dest_cover[p] = cover
+                        if group_of_cover[cover] < 0:
+                            group_of_cover[cover] = cache + groups
+                            group_cover[cache + groups] = cover
+                            groups += 1
+                        group_size[group_of_cover[cover]] += 1
+                    num_groups[link] = groups
+                    filled = cache
+                    for g in range(cache, cache + num_groups[link]):
+                        group_first[g] = filled
+                        filled += group_size[g]
+                        group_size[g] = 0
+                    for p in range(dag_first_npu[dag], size):
+                        g = group_of_cover[dest_cover[p]]
+                        group_pos[group_first[g] + group_size[g]] = p
+                        group_size[g] += 1
+                    for g in range(cache, cache + num_groups[link]):
+                        group_of_cover[group_cover[g]] = -1
+                # Every destination of a cover that lacks something u holds takes a chunk
+                # (the cover of u lacks nothing u holds: u is no destination of its own).
+                for g in range(cache, cache + num_groups[link]):
+                    cover = group_cover[g]
+                    if _takes_some(u, cover, g, witness, held, gained, covers, holds):
+                        for k in range(group_first[g], group_first[g] + group_size[g]):
+                            dest_pos[num_dests] = group_pos[k]
+                            dest_cover[num_dests] = cover
+                            num_dests += 1
                 if not num_dests:
                     none_since[link] = held[u]
                 else:
@@ -539,13 +602,16 @@ def run_fabric_spread(
                         if arrival[p] < soonest:
                             soonest, ties = arrival[p], 0
                         if arrival[p] == soonest:
-                            dest_pos[ties] = p
+                            dest_pos[ties], dest_cover[ties] = p, dest_cover[j]
                             ties += 1
-                    best_p = dest_pos[randbelow(ties, mt, counters)] if ties > 1 else dest_pos[0]
+                    # The reference draws among the tied destinations by id (= by position).
+                    by_id = np.argsort(dest_pos[:ties])
+                    pick = by_id[randbelow(ties, mt, counters)] if ties > 1 else 0
+                    best_p, best_cover = dest_pos[pick], dest_cover[pick]
                     v = dag_nodes[base + best_p]
-                    chosen_chunk = _pick_chunk(u, v, slot_cache[cache + best_p], masks, holds,
-                                               taken, inbr_ptr, inbrs, copies, rarest,
-                                               compare_all_up_to, pool, mt, counters)  # fmt: skip
+                    chosen_chunk = _pick_chunk(u, v, covers, best_cover, holds, inbr_ptr, inbrs,
+                                               copies, rarest, compare_all_up_to, pool, mt,
+                                               counters)  # fmt: skip
                     hops = 0
                     at = best_p
                     while at > 0:
@@ -590,7 +656,7 @@ def run_fabric_spread(
                 sender_of = _grown(sender_of, 2 * count)
             sender_of[count - 1] = u
             taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
-            _near_gain(v, chunk, masks, watch, watch_head)
+            _cover_gain(v, chunk, covers, watch, watch_head)
             copies[chunk] += 1
     return (out_chunk[:count].copy(), out_link[:count].copy(), out_start[:count].copy(),
             out_end[:count].copy(), out_dep[:count].copy(), remaining)  # fmt: skip

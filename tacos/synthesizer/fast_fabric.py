@@ -39,7 +39,7 @@ class FabricArrays:
     * ``dag_*``: per switch entered by a link with routes, its
       :class:`~tacos.synthesizer.routes.ShortestPaths` flattened (``dag_of_link``:
       which one a link enters, -1 for links between NPUs); ``slot_base``: where
-      each link's per-destination cache starts (the kernel's ``slot_cache``).
+      each link's per-destination rows start in the kernel's per-link tables.
     """
 
     link_src: np.ndarray
