@@ -27,6 +27,7 @@ from tacos.synthesizer._kernels import (
     heap_pop,
     heap_push,
     list_members,
+    lowest_bit,
     nth_bit,
     popcount,
     randbelow,
@@ -45,7 +46,12 @@ _ONE = np.uint64(1)
 def _event_push(
     times: np.ndarray, rows: np.ndarray, size: int, seq: int, t: float, kind: int, a: int, b: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Push event ``(t, seq)`` with payload ``(kind, a, b)``; returns the (maybe grown) arrays."""
+    """Push event ``(t, seq)`` with payload ``(kind, a, b)``; returns the (maybe grown) arrays.
+
+    Unlike :func:`tacos.synthesizer._kernels.heap_push`, an entry carries its
+    payload, so memory follows the events pending, not every event ever pushed
+    (tens of millions on a 4096-GPU cluster).
+    """
     if size == times.shape[0]:
         grown_times = np.empty(2 * size + 16)
         grown_rows = np.empty((2 * size + 16, 4), np.int64)
@@ -191,7 +197,7 @@ def _takes_some(
     for w in range(holds.shape[1]):
         bits = _eligible(u, covers, cover, w, holds)
         if bits:
-            witness[entry] = w * 64 + nth_bit(bits, 0)
+            witness[entry] = w * 64 + lowest_bit(bits)
             return True
     witness[entry] = -2 - held[u]
     return False
@@ -336,6 +342,79 @@ def _cover_of(
     return cover, watch, cover_members
 
 
+@njit(cache=True)
+def _group_by_cover(
+    link: int,
+    dag: int,
+    dag_node_ptr: np.ndarray,
+    dag_nodes: np.ndarray,
+    dag_first_npu: np.ndarray,
+    dag_path_us: np.ndarray,
+    link_time: np.ndarray,
+    near_ptr: np.ndarray,
+    near_nodes: np.ndarray,
+    near_dist: np.ndarray,
+    key_cut: np.ndarray,
+    key_cover: np.ndarray,
+    num_keys: np.ndarray,
+    covers: np.ndarray,
+    cover_print: np.ndarray,
+    cover_ptr: np.ndarray,
+    cover_members: np.ndarray,
+    cover_counts: np.ndarray,
+    taken: np.ndarray,
+    watch: np.ndarray,
+    watch_head: np.ndarray,
+    marked_node: np.ndarray,
+    dest_base: np.ndarray,
+    num_groups: np.ndarray,
+    group_cover: np.ndarray,
+    group_first: np.ndarray,
+    group_size: np.ndarray,
+    group_pos: np.ndarray,
+    group_of_cover: np.ndarray,
+    scratch: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The destinations of ``link`` (into the switch of ``dag``) grouped by cover, once.
+
+    From ``dest_base[link]`` on: ``num_groups[link]`` groups, each its cover
+    (in order of its first destination) and its DAG positions in order
+    (``group_pos[group_first[g]:][:group_size[g]]``). ``group_of_cover`` is
+    all -1 before and after; ``scratch`` has a row per DAG position. Returns
+    the (maybe grown) watch and member lists of :func:`_cover_of`.
+    """
+    base = dag_node_ptr[dag]
+    first, size = dag_first_npu[dag], dag_node_ptr[dag + 1] - base
+    cache = dest_base[link]
+    groups = 0
+    for p in range(first, size):
+        path_us = link_time[link] + dag_path_us[base + p]
+        cover, watch, cover_members = _cover_of(
+            dag_nodes[base + p], path_us, near_ptr, near_nodes, near_dist, key_cut, key_cover,
+            num_keys, covers, cover_print, cover_ptr, cover_members, cover_counts, taken, watch,
+            watch_head, marked_node,
+        )  # fmt: skip
+        scratch[p] = cover
+        if group_of_cover[cover] < 0:
+            group_of_cover[cover] = cache + groups
+            group_cover[cache + groups] = cover
+            groups += 1
+        group_size[group_of_cover[cover]] += 1
+    num_groups[link] = groups
+    filled = cache
+    for g in range(cache, cache + groups):
+        group_first[g] = filled
+        filled += group_size[g]
+        group_size[g] = 0
+    for p in range(first, size):
+        g = group_of_cover[scratch[p]]
+        group_pos[group_first[g] + group_size[g]] = p
+        group_size[g] += 1
+    for g in range(cache, cache + groups):
+        group_of_cover[group_cover[g]] = -1
+    return watch, cover_members
+
+
 @njit(cache=True, inline="always")
 def _cover_gain(
     node: int, chunk: int, covers: np.ndarray, watch: np.ndarray, watch_head: np.ndarray
@@ -372,7 +451,7 @@ def run_fabric_spread(
     dag_edge_link: np.ndarray,
     dag_edge_pred: np.ndarray,
     dag_path_us: np.ndarray,
-    slot_base: np.ndarray,
+    dest_base: np.ndarray,
     # the spread
     num_chunks: int,
     source_node: np.ndarray,
@@ -402,7 +481,6 @@ def run_fabric_spread(
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
     sender_of = np.empty(0, np.int64)
-    # near holdings
     # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
     key_cover = np.zeros((num_nodes, max_keys), np.int64)
@@ -416,10 +494,10 @@ def run_fabric_spread(
     watch_head = np.full(num_nodes, -1, np.int64)
     marked_node = np.zeros(num_nodes, np.bool_)
     num_groups = np.full(num_links, -1, np.int64)  # -1: not grouped yet
-    group_cover = np.empty(slot_base[-1], np.int64)  # from slot_base[link]: a group's cover,
-    group_first = np.empty(slot_base[-1], np.int64)  # ... where its positions start in
-    group_size = np.zeros(slot_base[-1], np.int64)  # group_pos, and how many
-    group_pos = np.empty(slot_base[-1], np.int64)
+    group_cover = np.empty(dest_base[-1], np.int64)  # from dest_base[link]: a group's cover,
+    group_first = np.empty(dest_base[-1], np.int64)  # ... where its positions start in
+    group_size = np.zeros(dest_base[-1], np.int64)  # group_pos, and how many
+    group_pos = np.empty(dest_base[-1], np.int64)
     group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
     # events
     ev_times = np.empty(0)
@@ -465,7 +543,7 @@ def run_fabric_spread(
     came_pred = np.empty(biggest_dag, np.int64)
     dest_pos = np.empty(biggest_dag, np.int64)
     dest_cover = np.empty(biggest_dag, np.int64)
-    witness = np.full(slot_base[-1], -1, np.int64)  # per (link, group): _takes_some
+    witness = np.full(dest_base[-1], -1, np.int64)  # per (link, group): _takes_some
     held = np.zeros(num_nodes, np.int64)  # chunks each node holds
     # Per link into a switch: held[u] when no destination took anything (none can until
     # u gains a chunk; an arrival makes its sender's links candidates again all the same).
@@ -546,36 +624,15 @@ def run_fabric_spread(
                 # Of the destinations that take a chunk, one that the chunk reaches
                 # soonest (ties: the reference's draw among them, in id order).
                 base = dag_node_ptr[dag]
-                size = dag_node_ptr[dag + 1] - base
-                cache = slot_base[link]
+                cache = dest_base[link]
                 if num_groups[link] < 0:
-                    # Group the destinations by cover, once per link.
-                    groups = 0
-                    for p in range(dag_first_npu[dag], size):
-                        path_us = link_time[link] + dag_path_us[base + p]
-                        cover, watch, cover_members = _cover_of(
-                            dag_nodes[base + p], path_us, near_ptr, near_nodes, near_dist,
-                            key_cut, key_cover, num_keys, covers, cover_print, cover_ptr,
-                            cover_members, cover_counts, taken, watch, watch_head, marked_node,
-                        )  # fmt: skip
-                        dest_cover[p] = cover
-                        if group_of_cover[cover] < 0:
-                            group_of_cover[cover] = cache + groups
-                            group_cover[cache + groups] = cover
-                            groups += 1
-                        group_size[group_of_cover[cover]] += 1
-                    num_groups[link] = groups
-                    filled = cache
-                    for g in range(cache, cache + num_groups[link]):
-                        group_first[g] = filled
-                        filled += group_size[g]
-                        group_size[g] = 0
-                    for p in range(dag_first_npu[dag], size):
-                        g = group_of_cover[dest_cover[p]]
-                        group_pos[group_first[g] + group_size[g]] = p
-                        group_size[g] += 1
-                    for g in range(cache, cache + num_groups[link]):
-                        group_of_cover[group_cover[g]] = -1
+                    watch, cover_members = _group_by_cover(
+                        link, dag, dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, link_time,
+                        near_ptr, near_nodes, near_dist, key_cut, key_cover, num_keys, covers,
+                        cover_print, cover_ptr, cover_members, cover_counts, taken, watch,
+                        watch_head, marked_node, dest_base, num_groups, group_cover, group_first,
+                        group_size, group_pos, group_of_cover, dest_cover,
+                    )  # fmt: skip
                 # Every destination of a cover that lacks something u holds takes a chunk
                 # (the cover of u lacks nothing u holds: u is no destination of its own).
                 for g in range(cache, cache + num_groups[link]):

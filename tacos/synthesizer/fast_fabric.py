@@ -38,7 +38,7 @@ class FabricArrays:
       of one node the nearer-holder rule can ask for.
     * ``dag_*``: per switch entered by a link with routes, its
       :class:`~tacos.synthesizer.routes.ShortestPaths` flattened (``dag_of_link``:
-      which one a link enters, -1 for links between NPUs); ``slot_base``: where
+      which one a link enters, -1 for links between NPUs); ``dest_base``: where
       each link's per-destination rows start in the kernel's per-link tables.
     """
 
@@ -62,7 +62,7 @@ class FabricArrays:
     dag_edge_link: np.ndarray
     dag_edge_pred: np.ndarray
     dag_path_us: np.ndarray
-    slot_base: np.ndarray
+    dest_base: np.ndarray
 
     @classmethod
     def of(cls, topology: Topology, chunk_bytes: int) -> FabricArrays:
@@ -95,13 +95,13 @@ class FabricArrays:
             default=0,
         )
         dag_sizes = np.diff(node_ptr)
-        # Each link into a switch caches, per position of its DAG, the nearer-holdings row.
-        slot_base = np.zeros(num_links + 1, np.int64)
-        np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=slot_base[1:])
+        # Each link into a switch has a row per position of its DAG in the kernel's tables.
+        dest_base = np.zeros(num_links + 1, np.int64)
+        np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
             near_ptr, near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu,
-            edge_ptr, edge_links, edge_preds, path_us, slot_base,
+            edge_ptr, edge_links, edge_preds, path_us, dest_base,
         )  # fmt: skip
 
 
@@ -148,7 +148,7 @@ def fabric_spread(
         arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.near_ptr, arrays.near_nodes,
         arrays.near_dist, arrays.max_keys, arrays.dag_of_link, arrays.dag_node_ptr,
         arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr, arrays.dag_edge_link,
-        arrays.dag_edge_pred, arrays.dag_path_us, arrays.slot_base, num_chunks,
+        arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
         np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
         policy == "rarest", RAREST_COMPARE_ALL, index_offset, random_state.mt,

@@ -250,26 +250,24 @@ class _SpreadState:
             return
         if self.fabric is None or not self.topology.is_switch(self.topology.links[link_id].dst):
             (route,) = routes
-            chunk = self._pick_chunk(sender, route.dst, 0)
+            chunk = self._pick_chunk(sender, route.dst)
             if chunk is not None:
                 self._send(sender, route.dst, route.links, chunk, now)
             return
         # A switch uplink: of the destinations that take a chunk, one reached soonest.
         paths = self.fabric.earliest(link_id, now, self.free_at)
-        takers = [
-            (arrive, dst)
-            for dst, (arrive, path_us, _) in paths.items()
-            if self._candidates(sender, dst, self.near.holdings(dst, path_us))
-        ]
+        takers = {}
+        for dst, (arrive, path_us, _) in paths.items():
+            candidates = self._candidates(sender, dst, self.near.holdings(dst, path_us))
+            if candidates:
+                takers[dst] = (arrive, candidates)
         if not takers:
             return
-        soonest = min(arrive for arrive, _ in takers)
-        tied = [dst for arrive, dst in takers if arrive == soonest]
+        soonest = min(arrive for arrive, _ in takers.values())
+        tied = [dst for dst, (arrive, _) in takers.items() if arrive == soonest]
         dst = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
-        _, path_us, links = paths[dst]
-        chunk = self._pick_chunk(sender, dst, self.near.holdings(dst, path_us))
-        assert chunk is not None
-        self._send(sender, dst, links, chunk, now)
+        chunk = self._choose(takers[dst][1], dst)
+        self._send(sender, dst, paths[dst][2], chunk, now)
 
     def _candidates(self, u: int, v: int, elsewhere: int) -> int:
         """The chunks worth sending from ``u`` to ``v`` (a bit set), none of ``elsewhere``.
@@ -283,11 +281,13 @@ class _SpreadState:
             return wanted
         return sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
 
-    def _pick_chunk(self, u: int, v: int, elsewhere: int) -> int | None:
-        """The chunk ``u`` sends ``v`` (None: nothing worth sending), not one of ``elsewhere``."""
-        candidates = self._candidates(u, v, elsewhere)
-        if not candidates:
-            return None
+    def _pick_chunk(self, u: int, v: int) -> int | None:
+        """The chunk ``u`` sends ``v`` over a direct link (None: nothing worth sending)."""
+        candidates = self._candidates(u, v, 0)
+        return self._choose(candidates, v) if candidates else None
+
+    def _choose(self, candidates: int, v: int) -> int:
+        """The policy's pick among ``candidates`` (a non-empty bit set) for receiver ``v``."""
         if self.policy == "random":
             return _random_member(candidates, self.rng)
         return self._rarest(candidates, v)
