@@ -53,6 +53,7 @@ from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
+from tacos.synthesizer.routes import rarest_neighbours
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -187,9 +188,7 @@ class _SpreadKernel:
         self.out_ptr, self.out_links = csr(topology.out_links)
         self.in_ptr, self.in_links = csr(topology.in_links)
         self.out_dsts, self.in_srcs = self.link_dst[self.out_links], self.link_src[self.in_links]
-        # The "rarest" policy counts in-neighbours as nodes (parallel links count once).
-        senders = [sorted({topology.links[i].src for i in ids}) for ids in topology.in_links]
-        self.inbr_ptr, self.inbrs = csr(senders)
+        self.inbr_ptr, self.inbrs = csr(rarest_neighbours(topology))
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)
