@@ -136,10 +136,11 @@ class TransferTable(Sequence[Transfer]):
         lengths = np.diff(self.deps_ptr)[order]
         ptr = np.zeros(len(order) + 1, np.int64)
         np.cumsum(lengths, out=ptr[1:])
-        rows = np.repeat(np.arange(len(order)), lengths)
-        gather = concat_ranges(self.deps_ptr[order], lengths)
-        deps = new_index[self.deps[gather]]
-        deps = deps[np.lexsort((deps, rows))]
+        deps = new_index[self.deps[concat_ranges(self.deps_ptr[order], lengths)]]
+        several = np.repeat(lengths > 1, lengths)  # only these rows can be out of order
+        if several.any():
+            rows = np.repeat(np.arange(len(order)), lengths)[several]
+            deps[several] = deps[several][np.lexsort((deps[several], rows))]
         return TransferTable(
             self.chunk[order],
             self.src[order],

@@ -753,14 +753,16 @@ def replay(
     recorded_start: np.ndarray,
     from_switch: np.ndarray,
     link_time: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Start and end of every transfer as :mod:`tacos.simulate` replays it (no port limit).
 
     ``from_switch[i]``: transfer ``i`` leaves a switch (its link serves in
     order of readiness; an NPU's link in order of ``recorded_start``, then
     position). A transfer out of a switch has at most one dependency, whose
-    link is what the switch knows it came in on. Returns the starts, the ends
-    and how many transfers ran (fewer than all: the schedule deadlocks).
+    link is what the switch knows it came in on. Returns the starts, the ends,
+    the transfers in order of (start, link, position) -- the order they start
+    in, ties sorted, so the caller need not sort millions of rows again -- and
+    how many transfers ran (fewer than all: the schedule deadlocks).
     """
     count = link.shape[0]
     num_links = link_time.shape[0]
@@ -808,6 +810,7 @@ def replay(
     done_index = np.empty(count, np.int64)
     done = np.zeros(NUM_COUNTERS, np.int64)  # done[C_HEAP]: the heap's size
     finished = 0
+    started = np.empty(count, np.int64)
     to_try = np.zeros(num_links, np.bool_)
     tried = np.empty(num_links, np.int64)
     num_tried = 0
@@ -819,6 +822,7 @@ def replay(
         tried[num_tried] = lk
         num_tried += 1
     now = 0.0
+    num_started, first_at_now = 0, 0  # started[first_at_now:num_started] began at now
     while True:
         for t in range(num_tried):
             lk = tried[t]
@@ -838,7 +842,13 @@ def replay(
             start[i] = now
             end[i] = now + link_time[lk]
             heap_push(done_time, done_index, done, end[i], i)
+            started[num_started] = i
+            num_started += 1
         num_tried = 0
+        if done[C_HEAP] == 0 or done_time[0] != now:  # no more starts at now: by link
+            same_time = started[first_at_now:num_started]
+            same_time[:] = same_time[np.argsort(link[same_time], kind="mergesort")]
+            first_at_now = num_started
         if done[C_HEAP] == 0:
             break
         now = done_time[0]
@@ -861,7 +871,7 @@ def replay(
                         to_try[link[j]] = True
                         tried[num_tried] = link[j]
                         num_tried += 1
-    return start, end, finished
+    return start, end, started[:num_started], finished
 
 
 @njit(cache=True, inline="always")

@@ -350,7 +350,7 @@ def _fabric_spread(
     link_free_at: np.ndarray | None,
     earlier: TransferTable | None,
 ) -> TransferTable:
-    """:func:`_spread` on a topology with switches, as the reference: spread, sort, re-time.
+    """:func:`_spread` on a topology with switches, as the reference: spread, then re-time.
 
     Pruning is a no-op here too (every path ends at an NPU that wants its
     chunk); re-timing is not: a switch's link serves transfers in the order
@@ -364,8 +364,7 @@ def _fabric_spread(
     if settings.on_delivery:
         settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)
     combined = spread if earlier is None else _concat(earlier, spread)
-    in_order = combined.take(np.lexsort((np.arange(len(combined)), combined.link, combined.start)))
-    return replay_table(in_order, topology, spec.chunk_bytes)
+    return replay_table(combined, topology, spec.chunk_bytes)
 
 
 def spread_table(
@@ -424,10 +423,10 @@ def _reduce_scatter(
         ptr,
         rows[by_dep],
     )
-    backwards = backwards.take(np.lexsort((backwards.link, backwards.start)))
     if topology.num_switches:
         return replay_table(backwards, topology, spec.chunk_bytes)
-    return retime_npu_links(backwards, topology, spec.chunk_bytes)
+    in_order = backwards.take(np.lexsort((backwards.link, backwards.start)))
+    return retime_npu_links(in_order, topology, spec.chunk_bytes)
 
 
 def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:

@@ -175,8 +175,12 @@ def fabric_spread(
 
 
 def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
-    """``retime_asap`` without port limits: replayed times, sorted by (start, link, position)."""
-    start, end, finished = FK.replay(
+    """``retime_asap`` without port limits: replayed times, sorted by (start, link, position).
+
+    ``transfers`` need not be in start order: the replay orders an NPU's link by
+    recorded start, and no two transfers of one link start together.
+    """
+    start, end, in_start_order, finished = FK.replay(
         transfers.link, transfers.chunk, transfers.op, transfers.deps_ptr, transfers.deps,
         transfers.start, transfers.src >= topology.num_npus,
         np.asarray(topology.link_times_us(chunk_bytes), np.float64),
@@ -187,4 +191,4 @@ def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int)
         transfers.chunk, transfers.src, transfers.dst, transfers.link, start, end, transfers.op,
         transfers.deps_ptr, transfers.deps,
     )  # fmt: skip
-    return retimed.take(np.lexsort((np.arange(len(start)), transfers.link, start)))
+    return retimed.take(in_start_order)
