@@ -846,8 +846,9 @@ def replay(
             num_started += 1
         num_tried = 0
         if done[C_HEAP] == 0 or done_time[0] != now:  # no more starts at now: by link
-            same_time = started[first_at_now:num_started]
-            same_time[:] = same_time[np.argsort(link[same_time], kind="mergesort")]
+            if num_started - first_at_now > 1:
+                same_time = started[first_at_now:num_started]
+                same_time[:] = same_time[np.argsort(link[same_time], kind="mergesort")]
             first_at_now = num_started
         if done[C_HEAP] == 0:
             break
