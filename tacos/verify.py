@@ -536,7 +536,6 @@ def _data_compiled(schedule: Schedule, t: TransferTable, report: VerificationRep
         t.deps,
         topo.num_npus,
         value,
-        np.zeros((len(t), words), np.uint64),
     )
     if clean:
         node, chunk, bits = _placement_words(spec.final_data(), words)
@@ -568,41 +567,65 @@ def _replay_words(
     deps: np.ndarray,
     num_npus: int,
     value: np.ndarray,
-    carried: np.ndarray,
 ) -> bool:
     """Whether :func:`_check_data`'s events (``i`` arrives, ``len(src) + i`` leaves) pass.
 
     ``value`` starts with the NPUs' initial slots (row ``node * num_chunks +
-    chunk``) and ends with their final ones; ``carried`` (zeros) takes what each
-    transfer carries when it leaves, as :func:`_departing_value` hands it out.
+    chunk``) and ends with their final ones. What a message carries (as
+    :func:`_departing_value` hands it out) is kept only while it is in flight,
+    from leaving its NPU to arriving at one: a row of ``carried`` taken when it
+    leaves, passed on by each switch, given back on arrival (tens of millions of
+    transfers would otherwise need a row each). A switch forwarding what went
+    elsewhere or has not left yet is left to :func:`_check_data` (False).
     """
     n, words = len(src), value.shape[1]
     num_chunks = value.shape[0] // num_npus
     forwarded = np.zeros(n, np.bool_)
+    row_of = np.full(n, -1, np.int64)  # the row of carried holding what i carries
+    carried = np.empty((1024, words), np.uint64)
+    spare = np.arange(carried.shape[0] - 1, -1, -1)  # rows not in use, a stack
+    num_spare = spare.shape[0]
     for event in events:
         i = event % n
         if event >= n and src[i] < num_npus:
-            row, held = src[i] * num_chunks + chunk[i], False
+            if num_spare == 0:  # every row in flight: twice as many, the new ones spare
+                grown = np.empty((2 * carried.shape[0], words), np.uint64)
+                grown[: carried.shape[0]] = carried
+                spare = np.empty(grown.shape[0], np.int64)
+                num_spare = grown.shape[0] - carried.shape[0]
+                spare[:num_spare] = np.arange(grown.shape[0] - 1, carried.shape[0] - 1, -1)
+                carried = grown
+            num_spare -= 1
+            row_of[i] = spare[num_spare]
+            source, held = src[i] * num_chunks + chunk[i], False
             for w in range(words):
-                carried[i, w] = value[row, w]
-                held |= value[row, w] != 0
+                carried[row_of[i], w] = value[source, w]
+                held |= value[source, w] != 0
             if not held:
                 return False
         elif event >= n:
-            if deps_ptr[i + 1] - deps_ptr[i] != 1 or forwarded[deps[deps_ptr[i]]]:
+            if deps_ptr[i + 1] - deps_ptr[i] != 1:
                 return False
-            forwarded[deps[deps_ptr[i]]] = True
-            carried[i] = carried[deps[deps_ptr[i]]]
+            dep = deps[deps_ptr[i]]
+            if forwarded[dep] or dst[dep] < num_npus or row_of[dep] < 0:
+                return False
+            forwarded[dep] = True
+            row_of[i], row_of[dep] = row_of[dep], -1
         elif dst[i] >= num_npus:
             if op[i]:
                 return False  # a switch cannot reduce
         else:
-            row = dst[i] * num_chunks + chunk[i]
+            if row_of[i] < 0:
+                return False
+            target, row = dst[i] * num_chunks + chunk[i], row_of[i]
             for w in range(words):
                 if not op[i]:
-                    value[row, w] = carried[i, w]
-                elif value[row, w] & carried[i, w]:
+                    value[target, w] = carried[row, w]
+                elif value[target, w] & carried[row, w]:
                     return False  # a contribution counted twice
                 else:
-                    value[row, w] |= carried[i, w]
+                    value[target, w] |= carried[row, w]
+            spare[num_spare] = row
+            num_spare += 1
+            row_of[i] = -1
     return True
