@@ -64,7 +64,12 @@ from tacos.formats.workload import (
     dimension_groups,
 )
 from tacos.importers.astrasim import build_topology
-from tacos.output import atomic_directory, check_directory_target, write_bytes_atomic
+from tacos.output import (
+    atomic_directory,
+    check_directory_target,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 from tacos.schedule import Schedule, merge_tenants
 from tacos.synthesizer import synthesize_tenants
 from tacos.topology import Topology
@@ -413,7 +418,7 @@ def export_workload(
         if workload.comm_groups_file is not None:
             write_bytes_atomic(scratch / COMM_GROUPS_FILE, _read_bytes(workload.comm_groups_file))
         for name, text in plan.text_files().items():
-            write_bytes_atomic(scratch / name, text.encode("utf-8"))
+            write_text_atomic(scratch / name, text)
         (scratch / "run.sh").chmod(0o755)
         written = sorted(p.relative_to(scratch) for p in scratch.rglob("*") if p.is_file())
     notes = [] if plan.network else [NO_NETWORK_NOTE]
