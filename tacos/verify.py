@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from tacos.collective import Placement
+from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Op, Schedule
 from tacos.transfers import TransferTable
@@ -43,6 +43,9 @@ _REL_TOL = 1e-9
 MAX_REPORTED = 20
 ARRAY_PATH_ABOVE = 20_000
 """``verify`` checks schedules the array path takes with this many transfers on arrays."""
+VALUE_BYTES_AT_ONCE = 1 << 28
+"""The compiled replay of reducing schedules holds the slots of this many bytes of chunks
+at a time (at least one chunk's)."""
 
 
 @dataclass
@@ -518,42 +521,66 @@ def _data_compiled(schedule: Schedule, t: TransferTable, report: VerificationRep
     It only tells whether the replay finds anything wrong, which is rare and
     then worded by :func:`_check_data` itself. Its events are sorted as the
     replay sorts them (by time, arrivals first, then by index) when all times
-    are finite; otherwise the replay runs.
+    are finite; otherwise the replay runs. Chunks never mix, so the slots are
+    replayed a group of chunks at a time, each group's slots at most
+    :data:`VALUE_BYTES_AT_ONCE` (a 4096-GPU All-Reduce has 8.6 GB of them).
     """
     spec, topo = schedule.collective, schedule.topology
-    words = (spec.num_ranks + 63) // 64
     times = np.concatenate((_arrival_keys(t), t.start))
-    value = np.zeros((topo.num_npus * spec.num_chunks, words), np.uint64)
-    node, chunk, bits = _placement_words(spec.initial_data(), words)
-    value[node * spec.num_chunks + chunk] = bits
-    clean = bool(np.isfinite(times).all()) and _replay_words(
-        np.argsort(times, kind="stable"),
-        t.src,
-        t.dst,
-        t.chunk,
-        t.op,
-        t.deps_ptr,
-        t.deps,
-        topo.num_npus,
-        value,
-    )
-    if clean:
-        node, chunk, bits = _placement_words(spec.final_data(), words)
-        clean = np.array_equal(value[node * spec.num_chunks + chunk], bits)
-    if not clean:
+    if not np.isfinite(times).all():
         _check_data(schedule, report)
+        return
+    events = np.argsort(times, kind="stable")
+    words = (spec.num_ranks + 63) // 64
+    per_group = max(1, VALUE_BYTES_AT_ONCE // (topo.num_npus * words * 8))
+    for first_chunk in range(0, spec.num_chunks, per_group):
+        chunks = np.arange(first_chunk, min(first_chunk + per_group, spec.num_chunks))
+        value = _initial_slots(spec, topo.num_npus, chunks, words)
+        clean = _replay_words(
+            events,
+            t.src,
+            t.dst,
+            t.chunk,
+            t.op,
+            t.deps_ptr,
+            t.deps,
+            topo.num_npus,
+            first_chunk,
+            value,
+        )
+        if not (clean and (value[_final_rows(spec, chunks)] == _everyone(spec, words)).all()):
+            _check_data(schedule, report)
+            return
 
 
-def _placement_words(
-    placements: list[Placement], words: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(node, chunk, bits)`` of ``placements``, each bit set as ``words`` 64-bit words."""
-    count = len(placements)
-    node = np.fromiter((p[0] for p in placements), np.int64, count)
-    chunk = np.fromiter((p[1] for p in placements), np.int64, count)
-    raw = b"".join(p[2].to_bytes(8 * words, "little") for p in placements)
-    bits = np.frombuffer(raw, np.dtype("<u8")).reshape(count, words)
-    return node, chunk, bits.astype(np.uint64)
+def _initial_slots(spec: Collective, num_npus: int, chunks: np.ndarray, words: int) -> np.ndarray:
+    """The NPUs' slots of ``chunks`` (row ``node * len(chunks) + k`` for ``chunks[k]``) as
+    :meth:`~tacos.collective.Collective.initial_data` of a reducing collective fills
+    them: rank position ``p`` is bit ``p % 64`` of word ``p // 64``."""
+    value = np.zeros((num_npus * len(chunks), words), np.uint64)
+    position = np.arange(spec.num_ranks)
+    bit = np.left_shift(np.uint64(1), (position % 64).astype(np.uint64))
+    rows = np.asarray(spec.ranks, np.int64)[:, None] * len(chunks) + np.arange(len(chunks))
+    value[rows, (position // 64)[:, None]] = bit[:, None]
+    return value
+
+
+def _final_rows(spec: Collective, chunks: np.ndarray) -> np.ndarray:
+    """The rows of :func:`_initial_slots` that must end with every contribution, as
+    :meth:`~tacos.collective.Collective.final_data` of a reducing collective says."""
+    column = np.arange(len(chunks))
+    if spec.kind is CollectiveKind.ALL_REDUCE:
+        return (np.asarray(spec.ranks, np.int64)[:, None] * len(chunks) + column).ravel()
+    owner = np.fromiter((spec.owner(int(c)) for c in chunks), np.int64, len(chunks))
+    return owner * len(chunks) + column  # Reduce-Scatter and Reduce: each chunk's owner
+
+
+def _everyone(spec: Collective, words: int) -> np.ndarray:
+    """Every rank's contribution, as a row of words."""
+    row = np.full(words, np.uint64(0xFFFF_FFFF_FFFF_FFFF))
+    if spec.num_ranks % 64:
+        row[-1] = np.uint64((1 << (spec.num_ranks % 64)) - 1)
+    return row
 
 
 @njit(cache=True)
@@ -566,12 +593,15 @@ def _replay_words(
     deps_ptr: np.ndarray,
     deps: np.ndarray,
     num_npus: int,
+    first_chunk: int,
     value: np.ndarray,
 ) -> bool:
-    """Whether :func:`_check_data`'s events (``i`` arrives, ``len(src) + i`` leaves) pass.
+    """Whether :func:`_check_data`'s events (``i`` arrives, ``len(src) + i`` leaves) of
+    the chunks ``value`` holds pass.
 
-    ``value`` starts with the NPUs' initial slots (row ``node * num_chunks +
-    chunk``) and ends with their final ones. What a message carries (as
+    ``value`` starts with the NPUs' initial slots of chunks ``first_chunk`` on
+    (row ``node * num_chunks + chunk - first_chunk``) and ends with their final ones;
+    events of other chunks are skipped. What a message carries (as
     :func:`_departing_value` hands it out) is kept only while it is in flight,
     from leaving its NPU to arriving at one: a row of ``carried`` taken when it
     leaves, passed on by each switch, given back on arrival (tens of millions of
@@ -587,6 +617,8 @@ def _replay_words(
     num_spare = spare.shape[0]
     for event in events:
         i = event % n
+        if not first_chunk <= chunk[i] < first_chunk + num_chunks:
+            continue
         if event >= n and src[i] < num_npus:
             if num_spare == 0:  # every row in flight: twice as many, the new ones spare
                 grown = np.empty((2 * carried.shape[0], words), np.uint64)
@@ -597,7 +629,7 @@ def _replay_words(
                 carried = grown
             num_spare -= 1
             row_of[i] = spare[num_spare]
-            source, held = src[i] * num_chunks + chunk[i], False
+            source, held = src[i] * num_chunks + chunk[i] - first_chunk, False
             for w in range(words):
                 carried[row_of[i], w] = value[source, w]
                 held |= value[source, w] != 0
@@ -617,7 +649,7 @@ def _replay_words(
         else:
             if row_of[i] < 0:
                 return False
-            target, row = dst[i] * num_chunks + chunk[i], row_of[i]
+            target, row = dst[i] * num_chunks + chunk[i] - first_chunk, row_of[i]
             for w in range(words):
                 if not op[i]:
                     value[target, w] = carried[row, w]
