@@ -530,14 +530,16 @@ def _data_compiled(schedule: Schedule, t: TransferTable, report: VerificationRep
     if not np.isfinite(times).all():
         _check_data(schedule, report)
         return
-    events = np.argsort(times, kind="stable")
     words = (spec.num_ranks + 63) // 64
     per_group = max(1, VALUE_BYTES_AT_ONCE // (topo.num_npus * words * 8))
-    for first_chunk in range(0, spec.num_chunks, per_group):
+    events, group_start = _grouped(
+        np.argsort(times, kind="stable"), t.chunk, per_group, -(-spec.num_chunks // per_group)
+    )
+    for group, first_chunk in enumerate(range(0, spec.num_chunks, per_group)):
         chunks = np.arange(first_chunk, min(first_chunk + per_group, spec.num_chunks))
         value = _initial_slots(spec, topo.num_npus, chunks, words)
         clean = _replay_words(
-            events,
+            events[group_start[group] : group_start[group + 1]],
             t.src,
             t.dst,
             t.chunk,
@@ -584,6 +586,29 @@ def _everyone(spec: Collective, words: int) -> np.ndarray:
 
 
 @njit(cache=True)
+def _grouped(
+    events: np.ndarray, chunk: np.ndarray, per_group: int, num_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``events`` (``i`` or ``len(chunk) + i`` for transfer ``i``) by group of
+    ``per_group`` chunks, in their order within a group, and where each group starts:
+    a replay per group then reads only its own events."""
+    n = chunk.shape[0]
+    start = np.zeros(num_groups + 1, np.int64)
+    for event in events:
+        start[chunk[event % n] // per_group + 1] += 1
+    start = np.cumsum(start)
+    if num_groups == 1:
+        return events, start
+    grouped = np.empty_like(events)
+    filled = start[:-1].copy()
+    for event in events:
+        group = chunk[event % n] // per_group
+        grouped[filled[group]] = event
+        filled[group] += 1
+    return grouped, start
+
+
+@njit(cache=True)
 def _replay_words(
     events: np.ndarray,
     src: np.ndarray,
@@ -601,7 +626,7 @@ def _replay_words(
 
     ``value`` starts with the NPUs' initial slots of chunks ``first_chunk`` on
     (row ``node * num_chunks + chunk - first_chunk``) and ends with their final ones;
-    events of other chunks are skipped. What a message carries (as
+    ``events`` are those of these chunks (:func:`_grouped`). What a message carries (as
     :func:`_departing_value` hands it out) is kept only while it is in flight,
     from leaving its NPU to arriving at one: a row of ``carried`` taken when it
     leaves, passed on by each switch, given back on arrival (tens of millions of
@@ -617,8 +642,6 @@ def _replay_words(
     num_spare = spare.shape[0]
     for event in events:
         i = event % n
-        if not first_chunk <= chunk[i] < first_chunk + num_chunks:
-            continue
         if event >= n and src[i] < num_npus:
             if num_spare == 0:  # every row in flight: twice as many, the new ones spare
                 grown = np.empty((2 * carried.shape[0], words), np.uint64)
