@@ -65,10 +65,14 @@ def stream_all_gather(
     """Synthesize an All-Gather over every NPU with the fast engine, straight to ``path``.
 
     The transfers are those of ``tacos.synthesize(topology, collective, seed=seed,
-    policy=policy)`` (no post-pass changes an All-Gather of the fast engine's
-    scope: every copy is wanted and already starts as early as it can). The
-    header is written last, over space reserved for it, and the file appears
-    at ``path`` only when complete (:func:`tacos.output.atomic_file`).
+    policy=policy)``: no post-pass changes an All-Gather of the fast engine's
+    scope, as every copy is wanted and starts as early as it can, unless a
+    link that left chunks to faster links sent one after all (``Block.late``,
+    rare; on links of one speed into each NPU, never). Re-timing those needs
+    every transfer in memory, so the stream then stops with an error and
+    writes nothing. The header is written last, over space reserved for it,
+    and the file appears at ``path`` only when complete
+    (:func:`tacos.output.atomic_file`).
     """
     if collective.kind is not CollectiveKind.ALL_GATHER:
         raise TacosError(f"only All-Gathers can be streamed, not {collective.kind}")
@@ -90,7 +94,7 @@ def stream_all_gather(
     offset = _padded(
         len(_encode_header(_header(topology, collective, seed, policy, 0, 0.0), 0)) + 64
     )
-    count, finish = 0, 0.0
+    count, late, finish = 0, 0, 0.0
     with atomic_file(path) as out:
         out.write(b" " * offset)
         for block in spread_blocks(
@@ -110,7 +114,15 @@ def stream_all_gather(
             )
             out.write(records.tobytes())
             count += len(records)
+            late += block.late
             finish = max(finish, float((block.start + durations[block.link]).max()))
+        if late:
+            raise TacosError(
+                f"{path}: not written: {late} transfers of this All-Gather went over links "
+                "that had first left their chunks to faster links, and re-timing them needs "
+                "the whole schedule in memory; synthesize it without --stream "
+                "(fewer chunks if it is too big)"
+            )
         final = _encode_header(_header(topology, collective, seed, policy, count, finish), offset)
         if len(final) > offset:
             raise AssertionError("the stream header outgrew its reserved space")

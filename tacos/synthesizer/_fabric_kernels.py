@@ -26,6 +26,7 @@ from tacos.synthesizer._kernels import (
     NUM_COUNTERS,
     heap_pop,
     heap_push,
+    leave_to_rivals,
     list_members,
     lowest_bit,
     nth_bit,
@@ -33,8 +34,9 @@ from tacos.synthesizer._kernels import (
     randbelow,
     shuffle,
 )
+from tacos.synthesizer.greedy import MAX_RIVALS
 
-AVAILABLE, ARRIVED, LINK_FREE = 0, 1, 2
+AVAILABLE, ARRIVED, LINK_FREE, LOOK_AGAIN = 0, 1, 2, 3
 """Event kinds, as in the reference."""
 NEARER = 1 - 1e-9
 """As :data:`tacos.synthesizer.greedy.NEARER`."""
@@ -104,6 +106,15 @@ def _eligible(u: int, rows: np.ndarray, row: int, w: int, holds: np.ndarray) -> 
     """Word ``w`` of the chunks ``u`` holds and ``rows[row]`` lacks (the receiver's
     ``taken`` row, or the cover of the receiver and the nodes nearer to it)."""
     return holds[u, w] & ~rows[row, w]
+
+
+@njit(cache=True, inline="always")
+def _sends_some(u: int, v: int, holds: np.ndarray, taken: np.ndarray) -> bool:
+    """Whether ``u`` holds a chunk ``v`` has not taken."""
+    lacks = np.uint64(0)
+    for w in range(holds.shape[1]):
+        lacks |= holds[u, w] & ~taken[v, w]
+    return lacks != 0
 
 
 @njit(cache=True)
@@ -439,6 +450,8 @@ def run_fabric_spread(
     first_links: np.ndarray,
     inbr_ptr: np.ndarray,
     inbrs: np.ndarray,
+    rivals_ptr: np.ndarray,
+    rivals: np.ndarray,
     near_ptr: np.ndarray,
     near_nodes: np.ndarray,
     near_dist: np.ndarray,
@@ -476,7 +489,11 @@ def run_fabric_spread(
     num_links = link_src.shape[0]
     words = (num_chunks + 63) // 64
     holds = np.zeros((num_nodes, words), np.uint64)
-    taken = np.zeros((num_nodes, words), np.uint64)  # holds or is receiving
+    # holds, is receiving or is the source of (a source's own chunk is taken from the start:
+    # nobody else holds it before it does, so only leave_to_rivals's count notices)
+    taken = np.zeros((num_nodes, words), np.uint64)
+    for chunk in range(num_chunks):
+        taken[source_node[chunk], chunk >> 6] |= _ONE << np.uint64(chunk & 63)
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
@@ -530,6 +547,10 @@ def run_fabric_spread(
     touched = np.empty(num_nodes, np.int64)
     is_touched = np.zeros(num_nodes, np.bool_)
     pool = np.empty(max(64, compare_all_up_to + 1, words * 64), np.int64)
+    looking_again = np.zeros(num_links, np.bool_)  # a LOOK_AGAIN event is pending
+    rival_cap = np.zeros(MAX_RIVALS, np.int64)
+    rival_src = np.zeros(MAX_RIVALS, np.int64)
+    only_within = np.zeros(1 << MAX_RIVALS, np.int64)
     biggest_dag, most_edges = 1, 1
     for d in range(dag_node_ptr.shape[0] - 1):
         biggest_dag = max(biggest_dag, dag_node_ptr[d + 1] - dag_node_ptr[d])
@@ -558,6 +579,9 @@ def run_fabric_spread(
         while ev_size > 0 and ev_times[0] == now:
             kind, a, b = _event_pop(ev_times, ev_rows, ev_size)
             ev_size -= 1
+            if kind == LOOK_AGAIN:
+                looking_again[b] = False
+                kind = LINK_FREE
             if kind == LINK_FREE:
                 if not marked[b]:
                     marked[b] = True
@@ -616,6 +640,19 @@ def run_fabric_spread(
             chosen_chunk, hops, v, num_dests = -1, 0, -1, 0
             if dag < 0:
                 v = link_dst[link]
+                if rivals_ptr[link] < rivals_ptr[link + 1] and _sends_some(u, v, holds, taken):
+                    again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
+                                            link_time, free_at, holds, taken, num_chunks,
+                                            rival_cap, rival_src, only_within)  # fmt: skip
+                    if again >= 0:
+                        if not looking_again[link]:
+                            looking_again[link] = True
+                            ev_times, ev_rows = _event_push(
+                                ev_times, ev_rows, ev_size, seq, again, LOOK_AGAIN, -1, link
+                            )
+                            ev_size += 1
+                            seq += 1
+                        continue
                 chosen_chunk = _pick_chunk(u, v, taken, v, holds, inbr_ptr, inbrs, copies, rarest,
                                            compare_all_up_to, pool, mt, counters)  # fmt: skip
                 path[0] = link

@@ -15,6 +15,7 @@ end) and consumes it in the same order as the reference does.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -24,13 +25,15 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from tacos.synthesizer.greedy import MAX_RIVALS
+
 # Status codes returned by run_spread.
 DONE, BUFFER_FULL, STUCK = 0, 1, 2
 # Chunk policies, as in tacos.synthesizer.greedy.
 RAREST, RANDOM = 0, 1
 # Slots of the int64 "counters" array shared between calls.
-C_REMAINING, C_OUT, C_HEAP, C_SOURCE, C_MT_POS, C_DELIVERED, C_EVENTS = range(7)
-NUM_COUNTERS = 7
+C_REMAINING, C_OUT, C_HEAP, C_SOURCE, C_MT_POS, C_DELIVERED, C_EVENTS, C_LATE = range(8)
+NUM_COUNTERS = 8
 
 MT_WORDS = 624
 CACHE_LINE = 64  # bytes
@@ -500,6 +503,91 @@ def _pick_rarest(
     return pool[randbelow(ties, mt, counters)] if ties > 1 else pool[0]
 
 
+# ---------------------------------------------------------------- faster links
+@njit(cache=True)
+def leave_to_rivals(
+    link: int,
+    now: float,
+    rivals_ptr: np.ndarray,
+    rivals: np.ndarray,
+    link_src: np.ndarray,
+    link_dst: np.ndarray,
+    link_time: np.ndarray,
+    free_at: np.ndarray,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    num_chunks: int,
+    rival_cap: np.ndarray,
+    rival_src: np.ndarray,
+    only_within: np.ndarray,
+) -> float:
+    """The reference's ``_left_to_rivals`` test for a free direct link with something to send.
+
+    When the link's rivals can bring its receiver ``v`` everything it lacks
+    strictly before this link's transfer would arrive, the time to look again
+    (the first rival arrival counted on); else -1. ``taken[v]`` must hold every
+    chunk ``v`` does not want (what it has, receives or is the source of).
+    Scratch: ``rival_cap``, ``rival_src`` (``MAX_RIVALS``), ``only_within``
+    (``2**MAX_RIVALS``). Links busy for as long as a transfer takes (the paper's
+    link model, the fast engine's scope).
+    """
+    v = link_dst[link]
+    words = holds.shape[1]
+    horizon = now + link_time[link]
+    k, can_send, first_arrival = 0, 0, np.inf
+    for j in range(rivals_ptr[link], rivals_ptr[link + 1]):
+        rival = rivals[j]
+        arrival = max(now, free_at[rival]) + link_time[rival]
+        if arrival >= horizon:
+            continue
+        sender = link_src[rival]
+        have = 0
+        for w in range(words):
+            have += popcount(holds[sender, w] & ~taken[v, w])
+        if have == 0:
+            continue
+        if k == MAX_RIVALS:
+            return -1.0
+        rival_cap[k] = min(int(math.ceil((horizon - arrival) / link_time[rival])), have)
+        rival_src[k] = sender
+        can_send += rival_cap[k]
+        first_arrival = min(first_arrival, arrival)
+        k += 1
+    lacking = num_chunks
+    for w in range(words):
+        lacking -= popcount(taken[v, w])
+    if can_send < lacking:
+        return -1.0
+    # Hall's condition, as rivals_deliver_all: chunks counted by which rivals hold them.
+    subsets = 1 << k
+    for q in range(subsets):
+        only_within[q] = 0
+    for w in range(words):
+        bits = ~taken[v, w]
+        while bits:
+            bit = lowest_bit(bits)
+            if w * 64 + bit >= num_chunks:
+                break
+            bits &= bits - _ONE
+            q = 0
+            for i in range(k):
+                if (holds[rival_src[i], w] >> np.uint64(bit)) & _ONE:
+                    q |= 1 << i
+            only_within[q] += 1
+    for i in range(k):
+        for q in range(subsets):
+            if q >> i & 1:
+                only_within[q] += only_within[q ^ (1 << i)]
+    for q in range(subsets):
+        within = 0
+        for i in range(k):
+            if q >> i & 1:
+                within += rival_cap[i]
+        if only_within[q] > within:
+            return -1.0
+    return first_arrival
+
+
 # ---------------------------------------------------------------- the event loop
 # Compiled without numba's reference counting (NRT): the loop only indexes arrays
 # its caller owns, and the counting it would do on every array handed to a
@@ -520,6 +608,8 @@ def run_spread(
     in_srcs: np.ndarray,
     inbr_ptr: np.ndarray,
     inbrs: np.ndarray,
+    rivals_ptr: np.ndarray,
+    rivals: np.ndarray,
     link_class: np.ndarray,
     class_time: np.ndarray,
     # sources, sorted by time (static)
@@ -540,6 +630,8 @@ def run_spread(
     heap_time: np.ndarray,
     heap_link: np.ndarray,
     next_in_group: np.ndarray,
+    looking_again: np.ndarray,
+    left_chunks: np.ndarray,
     mt: np.ndarray,
     counters: np.ndarray,
     # scratch
@@ -554,6 +646,9 @@ def run_spread(
     class_order: np.ndarray,
     pool: np.ndarray,
     planes: np.ndarray,
+    rival_cap: np.ndarray,
+    rival_src: np.ndarray,
+    only_within: np.ndarray,
     # output block
     out_chunk: np.ndarray,
     out_link: np.ndarray,
@@ -565,7 +660,12 @@ def run_spread(
     ``holds``), then the candidate links (freed ones, and free out-links of
     nodes that gained a chunk, or whose transfer arrived) in id order,
     shuffled, each matched with one chunk. Transfers are written in (start,
-    link) order, which is their order in the final schedule.
+    link) order, which is their order in the final schedule. A heap key
+    ``num_links + link`` is the reference's ``_LOOK_AGAIN`` event of ``link``
+    (see :func:`leave_to_rivals`); a smaller key heads a group of transfers.
+    ``counters[C_LATE]`` counts transfers on links that left chunks to rivals
+    since their last one: such a transfer may start later than its link and
+    chunk allow, so the spread then needs the reference's re-timing.
     """
     num_links = link_src.shape[0]
     num_sources = source_time.shape[0]
@@ -595,6 +695,15 @@ def run_spread(
             steps = 1
             if link < 0:  # next group of links whose transfers end now
                 link = heap_pop(heap_time, heap_link, counters)
+                if link >= num_links:  # a link left its chunks to rivals: it looks again
+                    link -= num_links
+                    looking_again[link] = False
+                    if free_at[link] <= now and not marked[link]:
+                        marked[link] = True
+                        candidates[num_candidates] = link
+                        num_candidates += 1
+                    link = -1
+                    continue
                 scout, steps = link, arrival_lookahead
             for _ in range(steps):
                 if scout >= 0:
@@ -674,6 +783,16 @@ def run_spread(
                     prefetch(block_count, ahead, block)
             link = order[i]
             u, v = link_src[link], link_dst[link]
+            if rivals_ptr[link] < rivals_ptr[link + 1] and _sendable(block_count, link) > 0:
+                again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
+                                        link_time, free_at, holds, taken, copies.shape[0],
+                                        rival_cap, rival_src, only_within)  # fmt: skip
+                if again >= 0:
+                    left_chunks[link] = True
+                    if not looking_again[link]:
+                        looking_again[link] = True
+                        heap_push(heap_time, heap_link, counters, again, num_links + link)
+                    continue
             if policy == RANDOM:
                 chunk = _pick_random(link, u, v, holds, taken, block_count, in_ptr, in_links,
                                      in_srcs, mt, counters)  # fmt: skip
@@ -684,6 +803,9 @@ def run_spread(
                 if chunk >= 0:
                     copies[chunk] += 1
             if chunk >= 0:
+                if left_chunks[link]:
+                    left_chunks[link] = False
+                    counters[C_LATE] += 1
                 sent[link] = chunk
                 claim(v, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
                 free_at[link] = now + link_time[link]

@@ -51,9 +51,14 @@ from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
-from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy, DeliveryCallback
+from tacos.synthesizer.greedy import (
+    MAX_RIVALS,
+    RAREST_COMPARE_ALL,
+    ChunkPolicy,
+    DeliveryCallback,
+)
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
-from tacos.synthesizer.routes import rarest_neighbours
+from tacos.synthesizer.routes import faster_rivals, rarest_neighbours
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -126,11 +131,17 @@ class Block:
     ``start + link time``, and it depends on the transfer that brought its
     chunk to the sender (:func:`spread_table` finds them), or on the source's
     dependencies.
+
+    ``late``: how many of them went over a link that had left chunks to faster
+    links (:func:`tacos.synthesizer._kernels.leave_to_rivals`) since its last
+    transfer. Those may start later than their link and chunk allow, so a
+    spread with any is re-timed, as the reference re-times every spread.
     """
 
     chunk: np.ndarray
     link: np.ndarray
     start: np.ndarray
+    late: int = 0
 
 
 def spread_blocks(
@@ -189,6 +200,7 @@ class _SpreadKernel:
         self.in_ptr, self.in_links = csr(topology.in_links)
         self.out_dsts, self.in_srcs = self.link_dst[self.out_links], self.link_src[self.in_links]
         self.inbr_ptr, self.inbrs = csr(rarest_neighbours(topology))
+        self.rivals_ptr, self.rivals = csr(faster_rivals(topology, self.link_time.tolist()))
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)
@@ -202,13 +214,23 @@ class _SpreadKernel:
         # Rows padded to whole cache lines, so a block of a row is one line, not two.
         self.holds = _line_aligned_zeros(n, blocks * K.BLOCK, np.uint64)
         self.taken = _line_aligned_zeros(n, blocks * K.BLOCK, np.uint64)
+        # A source's own chunk is taken from the start: nobody else holds it before it
+        # does, so only the count of what a node lacks (leave_to_rivals) notices.
+        np.bitwise_or.at(
+            self.taken,
+            (self.source_node, self.source_chunk >> 6),
+            np.left_shift(np.uint64(1), (self.source_chunk & 63).astype(np.uint64)),
+        )
         self.block_count = _line_aligned_zeros(num_links, blocks, np.uint16)  # <= 512 per block
         self.copies = np.bincount(sources.chunk, minlength=num_chunks).astype(np.int64)
         self.free_at = np.zeros(num_links)
         self.flight_chunk = np.full(num_links, -1, np.int64)
-        self.heap_time = np.zeros(num_links + 1)
-        self.heap_link = np.zeros(num_links + 1, np.int64)
+        # per link: a group of transfers it heads, and a _LOOK_AGAIN event
+        self.heap_time = np.zeros(2 * num_links + 1)
+        self.heap_link = np.zeros(2 * num_links + 1, np.int64)
         self.next_in_group = np.full(num_links, -1, np.int64)
+        self.looking_again = np.zeros(num_links, np.bool_)
+        self.left_chunks = np.zeros(num_links, np.bool_)
         self.random = RandomState(rng)
         self.mt, self.counters = self.random.mt, self.random.counters
         # The reference's `remaining`: every node wants every chunk it does not start with.
@@ -225,6 +247,9 @@ class _SpreadKernel:
         self.class_order = np.zeros(len(self.class_time), np.int64)
         self.pool = np.zeros(max(64, RAREST_COMPARE_ALL), np.int64)
         self.planes = np.zeros(64, np.uint64)
+        self.rival_cap = np.zeros(MAX_RIVALS, np.int64)
+        self.rival_src = np.zeros(MAX_RIVALS, np.int64)
+        self.only_within = np.zeros(1 << MAX_RIVALS, np.int64)
         self.capacity = max(BLOCK_TRANSFERS, 2 * num_links)
         for link, free_at in enumerate(() if link_free_at is None else link_free_at.tolist()):
             if free_at > 0:
@@ -240,27 +265,30 @@ class _SpreadKernel:
         )
         self.counters[K.C_OUT] = 0
         delivered = int(self.counters[K.C_DELIVERED])
+        late = int(self.counters[K.C_LATE])
         status = K.run_spread(
             self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
             self.out_dsts, self.in_ptr, self.in_links, self.in_srcs, self.inbr_ptr, self.inbrs,
-            self.link_class, self.class_time, self.source_time, self.source_node, self.source_chunk,
+            self.rivals_ptr, self.rivals, self.link_class, self.class_time, self.source_time,
+            self.source_node, self.source_chunk,
             self.policy,
             RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD,
             self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
-            self.next_in_group, self.mt, self.counters, self.marked, self.candidates,
+            self.next_in_group, self.looking_again, self.left_chunks, self.mt, self.counters,
+            self.marked, self.candidates,
             self.order, self.sent, self.touched, self.is_touched, self.class_head,
             self.class_tail, self.class_order,
-            self.pool, self.planes,
+            self.pool, self.planes, self.rival_cap, self.rival_src, self.only_within,
             block.chunk, block.link, block.start,
         )  # fmt: skip
         used = int(self.counters[K.C_OUT])
         # A full block is used as it is; a mostly empty one (the last) is copied so
         # that its big buffers are not kept alive by a few rows.
-        columns = [column[:used] for column in vars(block).values()]
+        chunk, link, start = block.chunk[:used], block.link[:used], block.start[:used]
         if 2 * used < self.capacity:
-            columns = [column.copy() for column in columns]
-        block = Block(*columns)
+            chunk, link, start = chunk.copy(), link.copy(), start.copy()
+        block = Block(chunk, link, start, late=int(self.counters[K.C_LATE]) - late)
         return int(status), block, int(self.counters[K.C_DELIVERED]) - delivered
 
 
@@ -310,11 +338,12 @@ def _spread(
 ) -> TransferTable:
     """Greedy spread after ``earlier``, merged with it in (start, link) order.
 
-    The reference also prunes and re-times here; both are no-ops on a spread
-    in which every node wants every chunk it lacks. Every copy delivers a
-    wanted chunk, so nothing is pruned; and a free link with something to send
-    is always matched at once, so each transfer already starts when its link
-    is free and its chunk has arrived, which is what re-timing computes.
+    The reference also prunes and re-times here. Pruning is a no-op on a
+    spread in which every node wants every chunk it lacks: every copy delivers
+    a wanted chunk. Re-timing is one too unless a link left chunks to faster
+    ones and then sent after all (``Block.late``): otherwise a free link with
+    something to send is matched at once, so each transfer already starts when
+    its link is free and its chunk has arrived, which is what re-timing computes.
     ``tests/test_fast.py`` checks the result against the reference's.
     """
     if topology.num_nodes * spec.num_chunks > IN_MEMORY_PAIRS:
@@ -339,7 +368,10 @@ def _spread(
     )
     offset = 0 if earlier is None else len(earlier)
     spread = spread_table(topology, blocks, sources, spec.chunk_bytes, offset)
-    return spread if earlier is None else _in_start_order(_concat(earlier, spread))
+    table = spread if earlier is None else _in_start_order(_concat(earlier, spread))
+    if any(block.late for block in blocks):
+        return retime_npu_links(table, topology, spec.chunk_bytes)
+    return table
 
 
 def _fabric_spread(

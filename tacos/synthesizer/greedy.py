@@ -20,6 +20,17 @@ Such a path shares its links (NICs, inter-switch links) with many others, so
 it carries a chunk only when no node nearer the receiver holds or is receiving
 it: a chunk enters each server or pod once and spreads inside it locally.
 
+A direct link leaves a chunk to faster links when they suffice: it does not
+start a chunk its receiver wants if the receiver's other direct in-links
+(:func:`~tacos.synthesizer.routes.faster_rivals`) can bring everything the
+receiver still lacks strictly before this transfer would arrive (each rival
+sends back to back from when it is free, at most what its sender holds, and
+the chunks can be shared out among them: Hall's condition over the rivals,
+:func:`rivals_deliver_all`). A slow link that takes the last chunk of a node
+otherwise finishes the collective late (upstream TACOS's 7x10 heterogeneous
+mesh: 38 chunks over a corner's slow link where 37 fit). The link looks again
+when the first of those rival transfers would arrive, so it never starves.
+
 A node that does not want a chunk may still relay it, but only towards a node
 that does: it must be strictly closer (in per-chunk link time) than the sender
 to some node still waiting for that chunk. This keeps Gather, Scatter,
@@ -58,18 +69,27 @@ from typing import Literal
 
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
-from tacos.synthesizer.routes import Fabric, Route, rarest_neighbours, routes_from
+from tacos.synthesizer.routes import (
+    Fabric,
+    Route,
+    faster_rivals,
+    rarest_neighbours,
+    routes_from,
+)
 from tacos.topology import Topology
 
 DeliveryCallback = Callable[[int], None]
 ChunkPolicy = Literal["rarest", "random"]
 CHUNK_POLICIES: tuple[ChunkPolicy, ...] = ("rarest", "random")
 
-_AVAILABLE, _ARRIVED, _LINK_FREE = 0, 1, 2
+_AVAILABLE, _ARRIVED, _LINK_FREE, _LOOK_AGAIN = 0, 1, 2, 3
 NEARER = 1 - 1e-9
 """A node is nearer than a path when its distance is below the path's time by more than rounding."""
 RAREST_COMPARE_ALL = 8
 """The "rarest" policy compares all eligible chunks up to this many (else one word of them)."""
+MAX_RIVALS = 8
+"""A link leaves chunks to at most this many rivals that could send (Hall's condition
+is checked over all their subsets); with more, it sends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +213,8 @@ class _SpreadState:
         for link_id in sorted(self.routes_by_link):
             self.routes_by_first_link_of[topology.links[link_id].src].append(link_id)
         self.in_neighbours = rarest_neighbours(topology)
+        self.rivals = faster_rivals(topology, self.durations)
+        self.looking_again: set[int] = set()  # links with a pending _LOOK_AGAIN event
 
         num_chunks = 1 + max([s.chunk for s in sources] + [w.bit_length() for w in wants])
         self.copies = [0] * num_chunks
@@ -219,6 +241,10 @@ class _SpreadState:
         while self.events and self.events[0][0] == now:
             _, _, kind, a, b = heapq.heappop(self.events)
             if kind == _LINK_FREE:
+                freed.append(b)
+                continue
+            if kind == _LOOK_AGAIN:
+                self.looking_again.discard(b)
                 freed.append(b)
                 continue
             if kind == _AVAILABLE:
@@ -250,9 +276,9 @@ class _SpreadState:
             return
         if self.fabric is None or not self.topology.is_switch(self.topology.links[link_id].dst):
             (route,) = routes
-            chunk = self._pick_chunk(sender, route.dst)
-            if chunk is not None:
-                self._send(sender, route.dst, route.links, chunk, now)
+            candidates = self._candidates(sender, route.dst, 0)
+            if candidates and not self._left_to_rivals(link_id, candidates, now):
+                self._send(sender, route.dst, route.links, self._choose(candidates, route.dst), now)
             return
         # A switch uplink: of the destinations that take a chunk, one reached soonest.
         paths = self.fabric.earliest(link_id, now, self.free_at)
@@ -281,10 +307,33 @@ class _SpreadState:
             return wanted
         return sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
 
-    def _pick_chunk(self, u: int, v: int) -> int | None:
-        """The chunk ``u`` sends ``v`` over a direct link (None: nothing worth sending)."""
-        candidates = self._candidates(u, v, 0)
-        return self._choose(candidates, v) if candidates else None
+    def _left_to_rivals(self, link_id: int, candidates: int, now: float) -> bool:
+        """Whether the direct link ``link_id`` leaves its wanted ``candidates`` to faster links.
+
+        If so, the link looks again when the first rival transfer counted on
+        would arrive (unless it already will look again).
+        """
+        v = self.topology.links[link_id].dst
+        rivals = self.rivals[link_id]
+        if not rivals or self.ports is not None or not candidates & self.wants[v]:
+            return False
+        lacking = self.wants[v] & ~self.holds[v] & ~self.incoming[v]
+        horizon = now + self.durations[link_id]
+        capacities, holdings, first_arrivals = [], [], []
+        for rival in rivals:
+            first_arrival = max(now, self.free_at[rival]) + self.durations[rival]
+            have = self.holds[self.topology.links[rival].src] & lacking
+            if first_arrival < horizon and have:
+                sends = math.ceil((horizon - first_arrival) / self.busy[rival])
+                capacities.append(min(sends, have.bit_count()))
+                holdings.append(have)
+                first_arrivals.append(first_arrival)
+        if not rivals_deliver_all(lacking, capacities, holdings):
+            return False
+        if link_id not in self.looking_again:
+            self.looking_again.add(link_id)
+            self.push(min(first_arrivals), _LOOK_AGAIN, -1, link_id)
+        return True
 
     def _choose(self, candidates: int, v: int) -> int:
         """The policy's pick among ``candidates`` (a non-empty bit set) for receiver ``v``."""
@@ -445,6 +494,33 @@ class _NearHoldings:
             found = ([d for d, _ in order], [node for _, node in order])
             self._nearest_first[v] = found
         return found
+
+
+def rivals_deliver_all(lacking: int, capacities: list[int], holdings: list[int]) -> bool:
+    """Whether rivals can share out the chunks of ``lacking`` (a bit set) between them.
+
+    Rival ``i`` can send ``capacities[i]`` chunks, each one of ``holdings[i]``.
+    That is a bipartite matching with capacities; by Hall's condition it
+    exists when, for every set Q of rivals, the chunks only rivals of Q hold
+    are at most what Q can send. Chunks are counted by which rivals hold them
+    (one count per subset) and summed over subsets of each Q. At most
+    ``MAX_RIVALS`` rivals (else False: 2**rivals subsets).
+    """
+    if sum(capacities) < lacking.bit_count() or len(capacities) > MAX_RIVALS:
+        return False
+    subsets = 1 << len(capacities)
+    only_within = [0] * subsets  # first: chunks held by exactly that set; then: by a subset of it
+    for chunk in _members(lacking):
+        only_within[sum(1 << i for i, have in enumerate(holdings) if have >> chunk & 1)] += 1
+    for i in range(len(capacities)):
+        for q in range(subsets):
+            if q >> i & 1:
+                only_within[q] += only_within[q ^ (1 << i)]
+    can_send = [0] * subsets
+    for q in range(1, subsets):
+        low = (q & -q).bit_length() - 1
+        can_send[q] = can_send[q & (q - 1)] + capacities[low]
+    return all(only_within[q] <= can_send[q] for q in range(subsets))
 
 
 def _members(bits: int) -> Iterable[int]:

@@ -93,6 +93,34 @@ def rarest_neighbours(topology: Topology) -> list[list[int]]:
     return [sorted(s) for s in found]
 
 
+def faster_rivals(topology: Topology, durations: list[float]) -> list[tuple[int, ...]]:
+    """Per link, the other direct links from NPUs into its receiver, if one of them is faster.
+
+    The greedy lets a direct link leave a chunk to these rivals when they can
+    bring the receiver everything it still lacks before this link's transfer
+    would arrive (see ``greedy.py``): a slow link taking the last chunk of a
+    node that a fast link would deliver sooner delays the whole collective.
+    Only a strictly faster rival can arrive strictly sooner than a link free
+    now, so links whose rivals are no faster get none and never wait (meshes
+    and tori of one link speed keep their schedules). Links into or out of
+    switches get none: a switch's link carries chunks from many senders, so
+    what it could bring one receiver is not known.
+    """
+    links = topology.links
+    rivals: list[tuple[int, ...]] = [() for _ in links]
+    for link_id, link in enumerate(links):
+        if topology.is_switch(link.src) or topology.is_switch(link.dst):
+            continue
+        others = tuple(
+            other
+            for other in topology.in_links[link.dst]
+            if other != link_id and not topology.is_switch(links[other].src)
+        )
+        if any(durations[other] < durations[link_id] for other in others):
+            rivals[link_id] = others
+    return rivals
+
+
 @dataclass(frozen=True, slots=True)
 class ShortestPaths:
     """The statically shortest paths from one switch into the fabric and out to NPUs.
