@@ -269,17 +269,15 @@ class _SpreadKernel:
         status = K.run_spread(
             self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
             self.out_dsts, self.in_ptr, self.in_links, self.in_srcs, self.inbr_ptr, self.inbrs,
-            self.rivals_ptr, self.rivals, self.link_class, self.class_time, self.source_time,
-            self.source_node, self.source_chunk,
-            self.policy,
+            self.rivals_ptr, self.rivals, self.link_class, self.class_time,
+            self.source_time, self.source_node, self.source_chunk, self.policy,
             RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD,
             self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.looking_again, self.left_chunks, self.mt, self.counters,
-            self.marked, self.candidates,
-            self.order, self.sent, self.touched, self.is_touched, self.class_head,
-            self.class_tail, self.class_order,
-            self.pool, self.planes, self.rival_cap, self.rival_src, self.only_within,
+            self.marked, self.candidates, self.order, self.sent, self.touched, self.is_touched,
+            self.class_head, self.class_tail, self.class_order, self.pool, self.planes,
+            self.rival_cap, self.rival_src, self.only_within,
             block.chunk, block.link, block.start,
         )  # fmt: skip
         used = int(self.counters[K.C_OUT])

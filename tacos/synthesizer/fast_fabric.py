@@ -106,8 +106,7 @@ class FabricArrays:
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
             rivals_ptr, rivals, near_ptr, near_nodes, near_dist, max_keys, dag_of_link, node_ptr,
-            nodes, first_npu,
-            edge_ptr, edge_links, edge_preds, path_us, dest_base,
+            nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us, dest_base,
         )  # fmt: skip
 
 
@@ -152,10 +151,10 @@ def fabric_spread(
     chunk, link, start, end, dep, missing = FK.run_fabric_spread(
         arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
         arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.rivals_ptr, arrays.rivals,
-        arrays.near_ptr, arrays.near_nodes,
-        arrays.near_dist, arrays.max_keys, arrays.dag_of_link, arrays.dag_node_ptr,
-        arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr, arrays.dag_edge_link,
-        arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base, num_chunks,
+        arrays.near_ptr, arrays.near_nodes, arrays.near_dist, arrays.max_keys, arrays.dag_of_link,
+        arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
+        arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
+        num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
         np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
         policy == "rarest", RAREST_COMPARE_ALL, index_offset, random_state.mt,
