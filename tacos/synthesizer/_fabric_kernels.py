@@ -958,7 +958,7 @@ def _dequeue(lk: int, segment: np.ndarray, head: np.ndarray, queue: np.ndarray,
 
 
 # ---------------------------------------------------------------- distances between NPUs
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def nearest_first(
     into_ptr: np.ndarray, into_src: np.ndarray, into_us: np.ndarray, num_npus: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1009,7 +1009,7 @@ def nearest_first(
 
 
 # ---------------------------------------------------------------- shortest paths into the fabric
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fabric_dags(
     out_ptr: np.ndarray,
     out_links: np.ndarray,

@@ -12,6 +12,7 @@ NPUs that the nearer-holder rule compares) is built here once, as arrays
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,7 +79,13 @@ class FabricArrays:
         into_switch = from_npu[link_dst[from_npu] >= num_npus]
         entries, dag_of_entry = np.unique(link_dst[into_switch], return_inverse=True)
         cost_ps = np.asarray(Fabric.cost_ps_of(times.tolist()), np.int64)
-        dags = FK.fabric_dags(out_ptr, out_links, link_dst, cost_ps, times, num_npus, entries)
+        into_ptr, into_links = csr(topology.in_links)
+        with ThreadPoolExecutor(1) as helper:  # both kernels release the GIL: two cores
+            nearest = helper.submit(
+                FK.nearest_first, into_ptr, link_src[into_links], times[into_links], num_npus
+            )
+            dags = FK.fabric_dags(out_ptr, out_links, link_dst, cost_ps, times, num_npus, entries)
+            near_ptr, near_nodes, near_dist = nearest.result()
         node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us, length_ps = dags
         dag_of_link = np.full(num_links, -1, np.int64)
         dag_of_link[into_switch] = dag_of_entry
@@ -91,10 +98,6 @@ class FabricArrays:
         first_ptr, first_links = csr([[i for i in out if routed[i]] for out in topology.out_links])
         inbr_ptr, inbrs = csr(rarest_neighbours(topology))
         rivals_ptr, rivals = csr(faster_rivals(topology, times.tolist()))
-        into_ptr, into_links = csr(topology.in_links)
-        near_ptr, near_nodes, near_dist = FK.nearest_first(
-            into_ptr, link_src[into_links], times[into_links], num_npus
-        )
         max_keys = 1 + max(
             (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
             default=0,
