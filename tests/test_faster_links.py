@@ -106,8 +106,8 @@ def leaving_counted(monkeypatch):
     left = []
     decide = greedy._SpreadState._left_to_rivals
 
-    def counting(self, link_id, candidates, now):
-        leaves = decide(self, link_id, candidates, now)
+    def counting(self, link_id, candidates, now, overtakes):
+        leaves = decide(self, link_id, candidates, now, overtakes)
         left.append(leaves)
         return leaves
 

@@ -24,15 +24,18 @@ from numba import njit
 from tacos.synthesizer._kernels import (
     C_HEAP,
     NUM_COUNTERS,
+    find_overtakes,
     heap_pop,
     heap_push,
+    lacking_word,
     leave_to_rivals,
-    list_members,
     lowest_bit,
-    nth_bit,
-    popcount,
+    pick_chunk,
     randbelow,
+    sends_some,
+    settle_overtakes,
     shuffle,
+    sort_landed,
 )
 from tacos.synthesizer.greedy import MAX_RIVALS
 
@@ -102,78 +105,6 @@ def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int
 
 # ---------------------------------------------------------------- chunk choice
 @njit(cache=True, inline="always")
-def _eligible(u: int, rows: np.ndarray, row: int, w: int, holds: np.ndarray) -> np.uint64:
-    """Word ``w`` of the chunks ``u`` holds and ``rows[row]`` lacks (the receiver's
-    ``taken`` row, or the cover of the receiver and the nodes nearer to it)."""
-    return holds[u, w] & ~rows[row, w]
-
-
-@njit(cache=True, inline="always")
-def _sends_some(u: int, v: int, holds: np.ndarray, taken: np.ndarray) -> bool:
-    """Whether ``u`` holds a chunk ``v`` has not taken."""
-    lacks = np.uint64(0)
-    for w in range(holds.shape[1]):
-        lacks |= holds[u, w] & ~taken[v, w]
-    return lacks != 0
-
-
-@njit(cache=True)
-def _pick_chunk(
-    u: int,
-    v: int,
-    rows: np.ndarray,
-    row: int,
-    holds: np.ndarray,
-    inbr_ptr: np.ndarray,
-    inbrs: np.ndarray,
-    copies: np.ndarray,
-    rarest: bool,
-    compare_all_up_to: int,
-    pool: np.ndarray,
-    mt: np.ndarray,
-    counters: np.ndarray,
-) -> int:
-    """The reference's ``_pick_chunk`` (every chunk ``v`` lacks is wanted): -1 for none.
-
-    ``rows[row]``: what ``v`` has, or with a path through switches, what its cover has.
-    """
-    words = holds.shape[1]
-    count = 0
-    for w in range(words):
-        count += popcount(_eligible(u, rows, row, w, holds))
-    if count == 0:
-        return -1
-    k = 0
-    if not rarest or count > compare_all_up_to:
-        r = randbelow(count, mt, counters)
-        for w in range(words):
-            bits = _eligible(u, rows, row, w, holds)
-            here = popcount(bits)
-            if r < here:
-                break
-            r -= here
-        if not rarest:
-            return w * 64 + nth_bit(bits, r)
-        k = list_members(bits, w, pool, 0)  # the eligible chunks of the drawn one's word
-    else:
-        for w in range(words):
-            k = list_members(_eligible(u, rows, row, w, holds), w, pool, k)
-    best_holders, best_copies, ties = 1 << 62, 1 << 62, 0
-    for i in range(k):
-        chunk = pool[i]
-        w, bit = chunk >> 6, np.uint64(chunk & 63)
-        holders = 0
-        for j in range(inbr_ptr[v], inbr_ptr[v + 1]):
-            holders += (holds[inbrs[j], w] >> bit) & _ONE
-        if holders < best_holders or (holders == best_holders and copies[chunk] < best_copies):
-            best_holders, best_copies, ties = holders, copies[chunk], 0
-        if holders == best_holders and copies[chunk] == best_copies:
-            pool[ties] = chunk
-            ties += 1
-    return pool[randbelow(ties, mt, counters)] if ties > 1 else pool[0]
-
-
-@njit(cache=True, inline="always")
 def _takes_some(
     u: int,
     cover: int,
@@ -206,7 +137,7 @@ def _takes_some(
         witness[entry] = -2 - held[u]
         return False
     for w in range(holds.shape[1]):
-        bits = _eligible(u, covers, cover, w, holds)
+        bits = lacking_word(holds, u, covers, cover, w)
         if bits:
             witness[entry] = w * 64 + lowest_bit(bits)
             return True
@@ -260,6 +191,28 @@ def _arrive(
         arrival[p] = best
         stamp[p] = decision
         top -= 1
+
+
+@njit(cache=True, inline="always")
+def _hold(node: int, chunk: int, holds: np.ndarray, gained: np.ndarray, held: np.ndarray) -> bool:
+    """``node`` now holds ``chunk``: whether it did not before (then it is noted as gained)."""
+    w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+    if holds[node, w] & bit:
+        return False
+    holds[node, w] |= bit
+    gained[node, held[node]] = chunk
+    held[node] += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _touch(node: int, is_touched: np.ndarray, touched: np.ndarray, num_touched: int) -> int:
+    """Note ``node`` as touched by this event (its links become candidates); the new count."""
+    if not is_touched[node]:
+        is_touched[node] = True
+        touched[num_touched] = node
+        num_touched += 1
+    return num_touched
 
 
 # ---------------------------------------------------------------- covers
@@ -452,6 +405,8 @@ def run_fabric_spread(
     inbrs: np.ndarray,
     rivals_ptr: np.ndarray,
     rivals: np.ndarray,
+    slow_in_ptr: np.ndarray,
+    slow_in: np.ndarray,
     near_ptr: np.ndarray,
     near_nodes: np.ndarray,
     near_dist: np.ndarray,
@@ -571,11 +526,27 @@ def run_fabric_spread(
     none_since = np.full(num_links, -1, np.int64)
     gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
+    # overtaking (see _kernels.find_overtakes); a dropped transfer's chunk becomes -1
+    rival_slot = np.full(num_links, -1, np.int64)
+    num_slots = 0
+    for link in range(num_links):
+        if rivals_ptr[link] < rivals_ptr[link + 1]:
+            rival_slot[link] = num_slots
+            num_slots += 1
+    start_holds = np.zeros((num_slots, words), np.uint64)
+    flight_chunk = np.full(num_links, -1, np.int64)
+    flight_row = np.full(num_links, -1, np.int64)
+    flight_start = np.zeros(num_links)
+    overtaken = np.zeros(num_links, np.bool_)
+    late = np.zeros(words, np.uint64)
+    landed = np.empty(num_links, np.int64)
+    dropped = 0
 
     while ev_size > 0 and remaining > 0:
         now = ev_times[0]
         num_candidates = 0
         num_touched = 0
+        num_landed = 0
         while ev_size > 0 and ev_times[0] == now:
             kind, a, b = _event_pop(ev_times, ev_rows, ev_size)
             ev_size -= 1
@@ -593,24 +564,42 @@ def run_fabric_spread(
                 taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
                 _cover_gain(node, chunk, covers, watch, watch_head)
             else:
-                node, chunk = link_dst[out_link[a]], out_chunk[a]
+                num_touched = _touch(sender_of[a], is_touched, touched, num_touched)
+                last = out_link[a]
+                if flight_row[last] == a:
+                    flight_chunk[last] = -1
+                    if overtaken[last]:  # bound below, with the others landing now
+                        landed[num_landed] = last
+                        num_landed += 1
+                        continue
+                    flight_row[last] = -1
+                node, chunk = link_dst[last], out_chunk[a]
                 arrived_by[node, chunk] = a + index_offset
-                sender = sender_of[a]
-                if not is_touched[sender]:
-                    is_touched[sender] = True
-                    touched[num_touched] = sender
-                    num_touched += 1
-            w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
-            if not holds[node, w] & bit:
-                holds[node, w] |= bit
-                gained[node, held[node]] = chunk
-                held[node] += 1
-                if not is_touched[node]:
-                    is_touched[node] = True
-                    touched[num_touched] = node
-                    num_touched += 1
+            if _hold(node, chunk, holds, gained, held):
+                num_touched = _touch(node, is_touched, touched, num_touched)
                 if source_node[chunk] != node:
                     remaining -= 1
+        # Overtaken transfers landing now carry what their receivers still lack (rebind).
+        sort_landed(landed, num_landed, flight_start)
+        for i in range(num_landed):
+            lk = landed[i]
+            u, node, row = link_src[lk], link_dst[lk], flight_row[lk]
+            overtaken[lk], flight_row[lk] = False, -1
+            chunk = pick_chunk(start_holds, rival_slot[lk], node, taken, node, holds, inbr_ptr,
+                               inbrs, copies, rarest, compare_all_up_to, pool, mt,
+                               counters)  # fmt: skip
+            out_chunk[row] = chunk
+            if chunk < 0:
+                dropped += 1
+                continue
+            out_dep[row] = -2 - chunk if source_node[chunk] == u else arrived_by[u, chunk]
+            arrived_by[node, chunk] = row + index_offset
+            taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+            _cover_gain(node, chunk, covers, watch, watch_head)
+            copies[chunk] += 1
+            _hold(node, chunk, holds, gained, held)
+            num_touched = _touch(node, is_touched, touched, num_touched)
+            remaining -= 1
         if remaining == 0:
             break
         for i in range(num_touched):
@@ -637,24 +626,34 @@ def run_fabric_spread(
                 continue
             u = link_src[link]
             dag = dag_of_link[link]
-            chosen_chunk, hops, v, num_dests = -1, 0, -1, 0
+            chosen_chunk, hops, v, num_dests, overtaking = -1, 0, -1, 0, False
             if dag < 0:
                 v = link_dst[link]
-                if rivals_ptr[link] < rivals_ptr[link + 1] and _sends_some(u, v, holds, taken):
+                may_overtake = slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
+                    link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
+                    flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
+                )  # fmt: skip
+                again = -1.0
+                if rivals_ptr[link] < rivals_ptr[link + 1] and sends_some(u, v, holds, taken):
                     again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
                                             link_time, free_at, holds, taken, num_chunks,
                                             rival_cap, rival_src, only_within)  # fmt: skip
-                    if again >= 0:
-                        if not looking_again[link]:
-                            looking_again[link] = True
-                            ev_times, ev_rows = _event_push(
-                                ev_times, ev_rows, ev_size, seq, again, LOOK_AGAIN, -1, link
-                            )
-                            ev_size += 1
-                            seq += 1
-                        continue
-                chosen_chunk = _pick_chunk(u, v, taken, v, holds, inbr_ptr, inbrs, copies, rarest,
-                                           compare_all_up_to, pool, mt, counters)  # fmt: skip
+                if again < 0:
+                    chosen_chunk = pick_chunk(holds, u, v, taken, v, holds, inbr_ptr, inbrs,
+                                              copies, rarest, compare_all_up_to, pool, mt,
+                                              counters)  # fmt: skip
+                if may_overtake:
+                    overtaking = settle_overtakes(v, chosen_chunk, late, slow_in_ptr, slow_in,
+                                                  flight_chunk, overtaken, taken)  # fmt: skip
+                if again >= 0:
+                    if not looking_again[link]:
+                        looking_again[link] = True
+                        ev_times, ev_rows = _event_push(
+                            ev_times, ev_rows, ev_size, seq, again, LOOK_AGAIN, -1, link
+                        )
+                        ev_size += 1
+                        seq += 1
+                    continue
                 path[0] = link
                 hops = 1
             elif none_since[link] != held[u]:
@@ -703,9 +702,9 @@ def run_fabric_spread(
                     pick = by_id[randbelow(ties, mt, counters)] if ties > 1 else 0
                     best_p, best_cover = dest_pos[pick], dest_cover[pick]
                     v = dag_nodes[base + best_p]
-                    chosen_chunk = _pick_chunk(u, v, covers, best_cover, holds, inbr_ptr, inbrs,
-                                               copies, rarest, compare_all_up_to, pool, mt,
-                                               counters)  # fmt: skip
+                    chosen_chunk = pick_chunk(holds, u, v, covers, best_cover, holds, inbr_ptr,
+                                              inbrs, copies, rarest, compare_all_up_to, pool, mt,
+                                              counters)  # fmt: skip
                     hops = 0
                     at = best_p
                     while at > 0:
@@ -751,9 +750,49 @@ def run_fabric_spread(
             sender_of[count - 1] = u
             taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
             _cover_gain(v, chunk, covers, watch, watch_head)
-            copies[chunk] += 1
+            if not overtaking:  # else the overtaken copy's count stands for this one
+                copies[chunk] += 1
+            if hops == 1 and rival_slot[link] >= 0:  # faster links may overtake it
+                flight_chunk[link], flight_row[link], flight_start[link] = chunk, count - 1, now
+                start_holds[rival_slot[link]] = holds[u]
+    for link in range(num_links):  # overtaken and not landed: their receivers are done
+        if overtaken[link]:
+            out_chunk[flight_row[link]] = -1
+            dropped += 1
+    if dropped:
+        count = _without_dropped(out_chunk, out_link, out_start, out_end, out_dep, count,
+                                 index_offset)  # fmt: skip
     return (out_chunk[:count].copy(), out_link[:count].copy(), out_start[:count].copy(),
             out_end[:count].copy(), out_dep[:count].copy(), remaining)  # fmt: skip
+
+
+@njit(cache=True)
+def _without_dropped(
+    out_chunk: np.ndarray,
+    out_link: np.ndarray,
+    out_start: np.ndarray,
+    out_end: np.ndarray,
+    out_dep: np.ndarray,
+    count: int,
+    index_offset: int,
+) -> int:
+    """Close the gaps of dropped transfers (chunk -1) in place; the new count.
+
+    Nothing depends on a dropped transfer; the dependencies on the others are renumbered.
+    """
+    new_index = np.empty(count, np.int64)
+    kept = 0
+    for i in range(count):
+        new_index[i] = kept
+        if out_chunk[i] < 0:
+            continue
+        dep = out_dep[i]
+        if dep >= index_offset:
+            dep = new_index[dep - index_offset] + index_offset
+        out_chunk[kept], out_link[kept], out_dep[kept] = out_chunk[i], out_link[i], dep
+        out_start[kept], out_end[kept] = out_start[i], out_end[i]
+        kept += 1
+    return kept
 
 
 @njit(cache=True)

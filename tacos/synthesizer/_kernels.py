@@ -25,7 +25,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from tacos.synthesizer.greedy import MAX_RIVALS
+from tacos.synthesizer.greedy import MAX_RIVALS, SOONER
 
 # Status codes returned by run_spread.
 DONE, BUFFER_FULL, STUCK = 0, 1, 2
@@ -33,7 +33,8 @@ DONE, BUFFER_FULL, STUCK = 0, 1, 2
 RAREST, RANDOM = 0, 1
 # Slots of the int64 "counters" array shared between calls.
 C_REMAINING, C_OUT, C_HEAP, C_SOURCE, C_MT_POS, C_DELIVERED, C_EVENTS, C_LATE = range(8)
-NUM_COUNTERS = 8
+C_ROWS, C_REBOUND = 8, 9  # rows written by earlier calls; rebinds written by this one
+NUM_COUNTERS = 10
 
 MT_WORDS = 624
 CACHE_LINE = 64  # bytes
@@ -588,6 +589,176 @@ def leave_to_rivals(
     return first_arrival
 
 
+# ---------------------------------------------------------------- explicit chunk choice
+@njit(cache=True, inline="always")
+def sends_some(u: int, v: int, holds: np.ndarray, taken: np.ndarray) -> bool:
+    """Whether ``u`` holds a chunk ``v`` has not taken."""
+    lacks = np.uint64(0)
+    for w in range(holds.shape[1]):
+        lacks |= holds[u, w] & ~taken[v, w]
+    return lacks != 0
+
+
+@njit(cache=True, inline="always")
+def lacking_word(sources: np.ndarray, s: int, rows: np.ndarray, row: int, w: int) -> np.uint64:
+    """Word ``w`` of the chunks ``sources[s]`` has and ``rows[row]`` lacks."""
+    return sources[s, w] & ~rows[row, w]
+
+
+@njit(cache=True)
+def pick_chunk(
+    sources: np.ndarray,
+    s: int,
+    v: int,
+    rows: np.ndarray,
+    row: int,
+    holds: np.ndarray,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
+    copies: np.ndarray,
+    rarest: bool,
+    compare_all_up_to: int,
+    pool: np.ndarray,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> int:
+    """The reference's ``_choose`` for receiver ``v`` among the chunks of ``sources[s]``
+    that ``rows[row]`` lacks (every chunk ``v`` lacks is wanted): -1 for none.
+
+    ``sources[s]``: what the sender holds (``holds[u]``), or held when a transfer
+    started; ``rows[row]``: what ``v`` has taken, or with a path through
+    switches, what its cover has. Unlike :func:`_pick_rarest` it reads the bit
+    sets themselves, not a link's counts, so it serves any candidate set.
+    """
+    words = holds.shape[1]
+    count = 0
+    for w in range(words):
+        count += popcount(lacking_word(sources, s, rows, row, w))
+    if count == 0:
+        return -1
+    k = 0
+    if not rarest or count > compare_all_up_to:
+        r = randbelow(count, mt, counters)
+        for w in range(words):
+            bits = lacking_word(sources, s, rows, row, w)
+            here = popcount(bits)
+            if r < here:
+                break
+            r -= here
+        if not rarest:
+            return w * 64 + nth_bit(bits, r)
+        k = list_members(bits, w, pool, 0)  # the eligible chunks of the drawn one's word
+    else:
+        for w in range(words):
+            k = list_members(lacking_word(sources, s, rows, row, w), w, pool, k)
+    best_holders, best_copies, ties = 1 << 62, 1 << 62, 0
+    for i in range(k):
+        chunk = pool[i]
+        holders = _holders(inbr_ptr, inbrs, holds, v, chunk)
+        if holders < best_holders or (holders == best_holders and copies[chunk] < best_copies):
+            best_holders, best_copies, ties = holders, copies[chunk], 0
+        if holders == best_holders and copies[chunk] == best_copies:
+            pool[ties] = chunk
+            ties += 1
+    return pool[randbelow(ties, mt, counters)] if ties > 1 else pool[0]
+
+
+# ---------------------------------------------------------------- overtaking (late binding)
+# The reference's overtaking (greedy.py, module docs): per receiver, its in-links
+# that have faster rivals (``slow_in``) are the ones whose transfers can be
+# overtaken; ``flight_chunk[l]`` is what such a link is bringing (-1: nothing),
+# ``overtaken[l]`` whether a faster copy overtook it, ``flight_start[l]`` when it
+# started, and ``start_holds[rival_slot[l]]`` what its sender held then.
+@njit(cache=True)
+def find_overtakes(
+    link: int,
+    now: float,
+    slow_in_ptr: np.ndarray,
+    slow_in: np.ndarray,
+    link_src: np.ndarray,
+    link_dst: np.ndarray,
+    link_time: np.ndarray,
+    free_at: np.ndarray,
+    flight_chunk: np.ndarray,
+    overtaken: np.ndarray,
+    rival_slot: np.ndarray,
+    start_holds: np.ndarray,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    late: np.ndarray,
+) -> bool:
+    """The reference's ``_overtakes``: clear them from ``taken`` of the receiver, note them.
+
+    Sets ``late`` (zero on entry) to the chunks ``link`` would bring its
+    receiver sooner than the slower transfers now bringing them (when ``link``
+    has nothing else for the receiver, or the slower transfer's sender held
+    something else it lacks when the transfer started), and removes
+    them from the receiver's ``taken`` row, so that the chunk choice and
+    :func:`leave_to_rivals` count them as lacking; :func:`settle_overtakes` puts
+    them back. A slow link's transfer ends when the link frees (the fast
+    engine's link model).
+    """
+    u, v = link_src[link], link_dst[link]
+    arrival = now + link_time[link]
+    idle = not sends_some(u, v, holds, taken)
+    found = False
+    for j in range(slow_in_ptr[v], slow_in_ptr[v + 1]):
+        slow = slow_in[j]
+        chunk = flight_chunk[slow]
+        if chunk < 0 or overtaken[slow] or not arrival < free_at[slow] * SOONER:
+            continue
+        w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+        if holds[u, w] & bit and (idle or sends_some(rival_slot[slow], v, start_holds, taken)):
+            late[w] |= bit
+            found = True
+    for w in range(late.shape[0]):
+        taken[v, w] &= ~late[w]
+    return found
+
+
+@njit(cache=True)
+def settle_overtakes(
+    v: int,
+    chosen: int,
+    late: np.ndarray,
+    slow_in_ptr: np.ndarray,
+    slow_in: np.ndarray,
+    flight_chunk: np.ndarray,
+    overtaken: np.ndarray,
+    taken: np.ndarray,
+) -> bool:
+    """Undo :func:`find_overtakes` (``late`` back to zero); whether ``chosen`` overtakes.
+
+    If it does, the slower transfer bringing it is marked overtaken.
+    """
+    overtakes = chosen >= 0 and (late[chosen >> 6] >> np.uint64(chosen & 63)) & _ONE
+    for w in range(late.shape[0]):
+        taken[v, w] |= late[w]
+        late[w] = np.uint64(0)
+    if overtakes:
+        for j in range(slow_in_ptr[v], slow_in_ptr[v + 1]):
+            slow = slow_in[j]
+            if flight_chunk[slow] == chosen and not overtaken[slow]:
+                overtaken[slow] = True
+    return bool(overtakes)
+
+
+@njit(cache=True)
+def sort_landed(landed: np.ndarray, count: int, flight_start: np.ndarray) -> None:
+    """Overtaken links whose transfers land together, by (start, link), as the reference
+    rebinds them (few at a time: an insertion sort)."""
+    for i in range(1, count):
+        lk = landed[i]
+        j = i - 1
+        while j >= 0 and (
+            flight_start[landed[j]] > flight_start[lk]
+            or (flight_start[landed[j]] == flight_start[lk] and landed[j] > lk)
+        ):
+            landed[j + 1] = landed[j]
+            j -= 1
+        landed[j + 1] = lk
+
+
 # ---------------------------------------------------------------- the event loop
 # Compiled without numba's reference counting (NRT): the loop only indexes arrays
 # its caller owns, and the counting it would do on every array handed to a
@@ -610,6 +781,9 @@ def run_spread(
     inbrs: np.ndarray,
     rivals_ptr: np.ndarray,
     rivals: np.ndarray,
+    slow_in_ptr: np.ndarray,
+    slow_in: np.ndarray,
+    rival_slot: np.ndarray,
     link_class: np.ndarray,
     class_time: np.ndarray,
     # sources, sorted by time (static)
@@ -632,6 +806,10 @@ def run_spread(
     next_in_group: np.ndarray,
     looking_again: np.ndarray,
     left_chunks: np.ndarray,
+    flight_start: np.ndarray,
+    flight_row: np.ndarray,
+    overtaken: np.ndarray,
+    start_holds: np.ndarray,
     mt: np.ndarray,
     counters: np.ndarray,
     # scratch
@@ -649,10 +827,14 @@ def run_spread(
     rival_cap: np.ndarray,
     rival_src: np.ndarray,
     only_within: np.ndarray,
+    late: np.ndarray,
+    landed: np.ndarray,
     # output block
     out_chunk: np.ndarray,
     out_link: np.ndarray,
     out_start: np.ndarray,
+    rebound_row: np.ndarray,
+    rebound_chunk: np.ndarray,
 ) -> int:
     """Advance the greedy spread event by event until done, stuck, or the block is full.
 
@@ -665,7 +847,11 @@ def run_spread(
     (see :func:`leave_to_rivals`); a smaller key heads a group of transfers.
     ``counters[C_LATE]`` counts transfers on links that left chunks to rivals
     since their last one: such a transfer may start later than its link and
-    chunk allow, so the spread then needs the reference's re-timing.
+    chunk allow, so the spread then needs the reference's re-timing. So does
+    a rebound transfer (an overtaken one that lands carrying another chunk,
+    see :func:`find_overtakes`), which it counts too: ``rebound_row`` and
+    ``rebound_chunk`` say which row (counting the rows of earlier calls,
+    ``counters[C_ROWS]``) now carries which chunk (-1: dropped).
     """
     num_links = link_src.shape[0]
     num_sources = source_time.shape[0]
@@ -676,7 +862,7 @@ def run_spread(
         heap_size = counters[C_HEAP]
         if heap_size == 0 and counters[C_SOURCE] == num_sources:
             return STUCK
-        if counters[C_OUT] + num_links > capacity:
+        if max(counters[C_OUT], counters[C_REBOUND]) + num_links > capacity:
             return BUFFER_FULL
         now = np.inf
         if heap_size > 0:
@@ -688,6 +874,7 @@ def run_spread(
         # Apply every event at `now`: freed links become candidates, arrivals land.
         num_candidates = 0
         num_touched = 0
+        num_landed = 0
         delivered = 0
         link = -1
         scout = -1  # arrival_lookahead links ahead of `link` in its group
@@ -725,6 +912,11 @@ def run_spread(
                 is_touched[sender] = True
                 touched[num_touched] = sender
                 num_touched += 1
+            if overtaken[link]:  # bound below, with the others landing now
+                landed[num_landed] = link
+                num_landed += 1
+                link = following
+                continue
             node = link_dst[link]
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
                 gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
@@ -745,6 +937,29 @@ def run_spread(
                     is_touched[node] = True
                     touched[num_touched] = node
                     num_touched += 1
+        # Overtaken transfers landing now carry what their receivers still lack (rebind).
+        sort_landed(landed, num_landed, flight_start)
+        for i in range(num_landed):
+            link = landed[i]
+            overtaken[link] = False
+            node = link_dst[link]
+            chunk = pick_chunk(start_holds, rival_slot[link], node, taken, node, holds, inbr_ptr,
+                               inbrs, copies, policy == RAREST, compare_all_up_to, pool, mt,
+                               counters)  # fmt: skip
+            k = counters[C_REBOUND]
+            counters[C_REBOUND] += 1
+            counters[C_LATE] += 1
+            rebound_row[k], rebound_chunk[k] = flight_row[link], chunk
+            if chunk < 0:
+                continue
+            claim(node, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
+            gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
+            copies[chunk] += 1
+            delivered += 1
+            if not is_touched[node]:
+                is_touched[node] = True
+                touched[num_touched] = node
+                num_touched += 1
         counters[C_REMAINING] -= delivered
         counters[C_DELIVERED] += delivered
         if counters[C_REMAINING] == 0:
@@ -783,31 +998,52 @@ def run_spread(
                     prefetch(block_count, ahead, block)
             link = order[i]
             u, v = link_src[link], link_dst[link]
-            if rivals_ptr[link] < rivals_ptr[link + 1] and _sendable(block_count, link) > 0:
+            # With chunks to overtake, v's taken row is changed for this decision, so the
+            # link's counts do not apply: the choice reads the bit sets (pick_chunk).
+            may_overtake = slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
+                link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
+                flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
+            )  # fmt: skip
+            again = -1.0
+            if rivals_ptr[link] < rivals_ptr[link + 1] and (
+                sends_some(u, v, holds, taken) if may_overtake else _sendable(block_count, link) > 0
+            ):
                 again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
                                         link_time, free_at, holds, taken, copies.shape[0],
                                         rival_cap, rival_src, only_within)  # fmt: skip
-                if again >= 0:
-                    left_chunks[link] = True
-                    if not looking_again[link]:
-                        looking_again[link] = True
-                        heap_push(heap_time, heap_link, counters, again, num_links + link)
-                    continue
-            if policy == RANDOM:
+            chunk = -1
+            if again < 0 and may_overtake:
+                chunk = pick_chunk(holds, u, v, taken, v, holds, inbr_ptr, inbrs, copies,
+                                   policy == RAREST, compare_all_up_to, pool, mt,
+                                   counters)  # fmt: skip
+            elif again < 0 and policy == RANDOM:
                 chunk = _pick_random(link, u, v, holds, taken, block_count, in_ptr, in_links,
                                      in_srcs, mt, counters)  # fmt: skip
-            else:
+            elif again < 0:
                 chunk = _pick_rarest(link, u, v, inbr_ptr, inbrs, copies, holds, taken, block_count,
                                      in_ptr, in_links, in_srcs, compare_all_up_to, pool, planes, mt,
                                      counters)  # fmt: skip
-                if chunk >= 0:
-                    copies[chunk] += 1
+            overtaking = may_overtake and settle_overtakes(
+                v, chunk, late, slow_in_ptr, slow_in, flight_chunk, overtaken, taken
+            )
+            if again >= 0:
+                left_chunks[link] = True
+                if not looking_again[link]:
+                    looking_again[link] = True
+                    heap_push(heap_time, heap_link, counters, again, num_links + link)
+                continue
             if chunk >= 0:
                 if left_chunks[link]:
                     left_chunks[link] = False
                     counters[C_LATE] += 1
                 sent[link] = chunk
-                claim(v, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
+                flight_chunk[link] = chunk  # now: a faster link may overtake it this event
+                if rival_slot[link] >= 0:
+                    for w in range(holds.shape[1]):
+                        start_holds[rival_slot[link], w] = holds[u, w]
+                if not overtaking:  # else v has taken it, and the overtaken copy is counted
+                    copies[chunk] += 1
+                    claim(v, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
                 free_at[link] = now + link_time[link]
 
         # Emit this event's transfers in link order, their final (start, link) order.
@@ -825,7 +1061,8 @@ def run_spread(
             out_chunk[k] = chunk
             out_link[k] = link
             out_start[k] = now
-            flight_chunk[link] = chunk
+            if rival_slot[link] >= 0:  # faster links may overtake it
+                flight_row[link], flight_start[link] = counters[C_ROWS] + k, now
             # Transfers on links of one duration class end together: one heap entry,
             # its links chained in link order.
             k = link_class[link]

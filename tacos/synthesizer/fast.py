@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from tacos.synthesizer.greedy import (
     DeliveryCallback,
 )
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
-from tacos.synthesizer.routes import faster_rivals, rarest_neighbours
+from tacos.synthesizer.routes import faster_rivals, overtakable_in_links, rarest_neighbours
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -134,14 +134,22 @@ class Block:
 
     ``late``: how many of them went over a link that had left chunks to faster
     links (:func:`tacos.synthesizer._kernels.leave_to_rivals`) since its last
-    transfer. Those may start later than their link and chunk allow, so a
-    spread with any is re-timed, as the reference re-times every spread.
+    transfer, plus how many overtaken transfers were rebound. Those may start
+    later than their link and chunk allow, so a spread with any is re-timed,
+    as the reference re-times every spread.
+
+    ``rebound_row``/``rebound_chunk``: overtaken transfers (rows counted from the
+    spread's first, so maybe of an earlier block) that landed during this
+    block with another chunk (-1: dropped; see
+    :func:`tacos.synthesizer._kernels.find_overtakes`).
     """
 
     chunk: np.ndarray
     link: np.ndarray
     start: np.ndarray
     late: int = 0
+    rebound_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rebound_chunk: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def spread_blocks(
@@ -200,7 +208,11 @@ class _SpreadKernel:
         self.in_ptr, self.in_links = csr(topology.in_links)
         self.out_dsts, self.in_srcs = self.link_dst[self.out_links], self.link_src[self.in_links]
         self.inbr_ptr, self.inbrs = csr(rarest_neighbours(topology))
-        self.rivals_ptr, self.rivals = csr(faster_rivals(topology, self.link_time.tolist()))
+        rivals = faster_rivals(topology, self.link_time.tolist())
+        self.rivals_ptr, self.rivals = csr(rivals)
+        self.slow_in_ptr, self.slow_in = csr(overtakable_in_links(topology, rivals))
+        has_rivals = np.diff(self.rivals_ptr) > 0
+        self.rival_slot = np.where(has_rivals, np.cumsum(has_rivals) - 1, -1).astype(np.int64)
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)
@@ -231,6 +243,10 @@ class _SpreadKernel:
         self.next_in_group = np.full(num_links, -1, np.int64)
         self.looking_again = np.zeros(num_links, np.bool_)
         self.left_chunks = np.zeros(num_links, np.bool_)
+        # overtaking: per link with rivals, its transfer's start, row and sender's holdings then
+        self.flight_start = np.zeros(num_links)
+        self.flight_row = np.full(num_links, -1, np.int64)
+        self.overtaken = np.zeros(num_links, np.bool_)
         self.random = RandomState(rng)
         self.mt, self.counters = self.random.mt, self.random.counters
         # The reference's `remaining`: every node wants every chunk it does not start with.
@@ -250,6 +266,9 @@ class _SpreadKernel:
         self.rival_cap = np.zeros(MAX_RIVALS, np.int64)
         self.rival_src = np.zeros(MAX_RIVALS, np.int64)
         self.only_within = np.zeros(1 << MAX_RIVALS, np.int64)
+        self.start_holds = np.zeros((int(has_rivals.sum()), self.holds.shape[1]), np.uint64)
+        self.late = np.zeros(self.holds.shape[1], np.uint64)
+        self.landed = np.zeros(num_links, np.int64)
         self.capacity = max(BLOCK_TRANSFERS, 2 * num_links)
         for link, free_at in enumerate(() if link_free_at is None else link_free_at.tolist()):
             if free_at > 0:
@@ -263,30 +282,44 @@ class _SpreadKernel:
             np.empty(self.capacity, np.int64),
             np.empty(self.capacity, np.float64),
         )
-        self.counters[K.C_OUT] = 0
+        rebound_row = np.empty(self.capacity, np.int64)
+        rebound_chunk = np.empty(self.capacity, np.int64)
+        self.counters[K.C_OUT] = self.counters[K.C_REBOUND] = 0
         delivered = int(self.counters[K.C_DELIVERED])
         late = int(self.counters[K.C_LATE])
         status = K.run_spread(
             self.link_src, self.link_dst, self.link_time, self.out_ptr, self.out_links,
             self.out_dsts, self.in_ptr, self.in_links, self.in_srcs, self.inbr_ptr, self.inbrs,
-            self.rivals_ptr, self.rivals, self.link_class, self.class_time,
+            self.rivals_ptr, self.rivals, self.slow_in_ptr, self.slow_in, self.rival_slot,
+            self.link_class, self.class_time,
             self.source_time, self.source_node, self.source_chunk, self.policy,
             RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD,
             self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
-            self.next_in_group, self.looking_again, self.left_chunks, self.mt, self.counters,
+            self.next_in_group, self.looking_again, self.left_chunks, self.flight_start,
+            self.flight_row, self.overtaken, self.start_holds, self.mt, self.counters,
             self.marked, self.candidates, self.order, self.sent, self.touched, self.is_touched,
             self.class_head, self.class_tail, self.class_order, self.pool, self.planes,
-            self.rival_cap, self.rival_src, self.only_within,
-            block.chunk, block.link, block.start,
+            self.rival_cap, self.rival_src, self.only_within, self.late, self.landed,
+            block.chunk, block.link, block.start, rebound_row, rebound_chunk,
         )  # fmt: skip
         used = int(self.counters[K.C_OUT])
+        self.counters[K.C_ROWS] += used
+        rebound = int(self.counters[K.C_REBOUND])
+        rebound_row, rebound_chunk = rebound_row[:rebound], rebound_chunk[:rebound]
+        if status == K.DONE:  # overtaken and not landed: their receivers are done
+            pending = self.flight_row[self.overtaken]
+            rebound_row = np.concatenate([rebound_row, pending])
+            rebound_chunk = np.concatenate([rebound_chunk, np.full(len(pending), -1, np.int64)])
         # A full block is used as it is; a mostly empty one (the last) is copied so
         # that its big buffers are not kept alive by a few rows.
         chunk, link, start = block.chunk[:used], block.link[:used], block.start[:used]
         if 2 * used < self.capacity:
             chunk, link, start = chunk.copy(), link.copy(), start.copy()
-        block = Block(chunk, link, start, late=int(self.counters[K.C_LATE]) - late)
+        block = Block(
+            chunk, link, start, int(self.counters[K.C_LATE]) - late,
+            rebound_row.copy(), rebound_chunk.copy(),
+        )  # fmt: skip
         return int(status), block, int(self.counters[K.C_DELIVERED]) - delivered
 
 
@@ -407,11 +440,17 @@ def spread_table(
     """Blocks as transfers: endpoints from the links, dependencies on arrivals or sources.
 
     Dependencies on other transfers of the spread are shifted by ``offset``
-    (where the spread will sit in the final table).
+    (where the spread will sit in the final table). Rebound transfers carry
+    their new chunks; dropped ones are left out.
     """
     chunk = np.concatenate([b.chunk for b in blocks]) if blocks else np.zeros(0, np.int64)
     link = np.concatenate([b.link for b in blocks]) if blocks else np.zeros(0, np.int64)
     start = np.concatenate([b.start for b in blocks]) if blocks else np.zeros(0)
+    for b in blocks:
+        chunk[b.rebound_row] = b.rebound_chunk
+    if any((b.rebound_chunk < 0).any() for b in blocks):
+        kept = chunk >= 0
+        chunk, link, start = chunk[kept], link[kept], start[kept]
     link_src, link_dst = link_endpoints(topology)
     durations = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
     num_chunks = len(sources.deps_ptr) - 1

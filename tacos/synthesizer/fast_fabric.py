@@ -21,7 +21,12 @@ from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
-from tacos.synthesizer.routes import Fabric, faster_rivals, rarest_neighbours
+from tacos.synthesizer.routes import (
+    Fabric,
+    faster_rivals,
+    overtakable_in_links,
+    rarest_neighbours,
+)
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -35,7 +40,9 @@ class FabricArrays:
     * ``inbr_ptr``/``inbrs``: per node, the "rarest" policy's in-neighbours
       (:func:`~tacos.synthesizer.routes.rarest_neighbours`).
     * ``rivals_ptr``/``rivals``: per link, the faster links it may leave chunks to
-      (:func:`~tacos.synthesizer.routes.faster_rivals`).
+      (:func:`~tacos.synthesizer.routes.faster_rivals`); ``slow_in_ptr``/``slow_in``:
+      per node, the in-links whose transfers faster ones may overtake
+      (:func:`~tacos.synthesizer.routes.overtakable_in_links`).
     * ``near_ptr``/``near_nodes``/``near_dist``: per NPU, the other NPUs by
       distance to it, nearest first; ``max_keys`` bounds how many distance cuts
       of one node the nearer-holder rule can ask for.
@@ -55,6 +62,8 @@ class FabricArrays:
     inbrs: np.ndarray
     rivals_ptr: np.ndarray
     rivals: np.ndarray
+    slow_in_ptr: np.ndarray
+    slow_in: np.ndarray
     near_ptr: np.ndarray
     near_nodes: np.ndarray
     near_dist: np.ndarray
@@ -97,7 +106,9 @@ class FabricArrays:
         routed = has_routes.tolist()
         first_ptr, first_links = csr([[i for i in out if routed[i]] for out in topology.out_links])
         inbr_ptr, inbrs = csr(rarest_neighbours(topology))
-        rivals_ptr, rivals = csr(faster_rivals(topology, times.tolist()))
+        rivals_of = faster_rivals(topology, times.tolist())
+        rivals_ptr, rivals = csr(rivals_of)
+        slow_in_ptr, slow_in = csr(overtakable_in_links(topology, rivals_of))
         max_keys = 1 + max(
             (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
             default=0,
@@ -108,8 +119,9 @@ class FabricArrays:
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
-            rivals_ptr, rivals, near_ptr, near_nodes, near_dist, max_keys, dag_of_link, node_ptr,
-            nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us, dest_base,
+            rivals_ptr, rivals, slow_in_ptr, slow_in, near_ptr, near_nodes, near_dist, max_keys,
+            dag_of_link, node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us,
+            dest_base,
         )  # fmt: skip
 
 
@@ -154,6 +166,7 @@ def fabric_spread(
     chunk, link, start, end, dep, missing = FK.run_fabric_spread(
         arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
         arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.rivals_ptr, arrays.rivals,
+        arrays.slow_in_ptr, arrays.slow_in,
         arrays.near_ptr, arrays.near_nodes, arrays.near_dist, arrays.max_keys, arrays.dag_of_link,
         arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,

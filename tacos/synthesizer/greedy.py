@@ -31,6 +31,17 @@ otherwise finishes the collective late (upstream TACOS's 7x10 heterogeneous
 mesh: 38 chunks over a corner's slow link where 37 fit). The link looks again
 when the first of those rival transfers would arrive, so it never starves.
 
+A faster link may also overtake a slower one: it sends a chunk its receiver is
+already getting over a slower direct link when its copy would arrive strictly
+sooner (and it has nothing else for the receiver, or the slow transfer can
+still carry something else the receiver lacks). The slow transfer is then
+bound late: when it lands, it carries instead a chunk its sender held when it
+started and the receiver still lacks (the policy's pick; a transfer with none
+is dropped). So a slow link does not hold back a chunk a fast one could bring,
+and what it brings is what the fast links did not (:meth:`_SpreadState.rebind`).
+Upstream TACOS gets a similar effect by sending duplicates and replacing chunks
+on arrival, but it replaces with chunks the sender got after the transfer began.
+
 A node that does not want a chunk may still relay it, but only towards a node
 that does: it must be strictly closer (in per-chunk link time) than the sender
 to some node still waiting for that chunk. This keeps Gather, Scatter,
@@ -64,7 +75,7 @@ import math
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tacos.errors import TacosError
@@ -85,6 +96,8 @@ CHUNK_POLICIES: tuple[ChunkPolicy, ...] = ("rarest", "random")
 _AVAILABLE, _ARRIVED, _LINK_FREE, _LOOK_AGAIN = 0, 1, 2, 3
 NEARER = 1 - 1e-9
 """A node is nearer than a path when its distance is below the path's time by more than rounding."""
+SOONER = 1 - 1e-9
+"""A faster copy overtakes a transfer when it arrives sooner by more than rounding."""
 RAREST_COMPARE_ALL = 8
 """The "rarest" policy compares all eligible chunks up to this many (else one word of them)."""
 MAX_RIVALS = 8
@@ -167,7 +180,7 @@ def greedy_spread(
             f"topology {topology.name!r}: chunk {chunk} can never reach node {node}; "
             "check that the topology is strongly connected"
         )
-    return state.transfers
+    return state.without_dropped()
 
 
 class _SpreadState:
@@ -215,6 +228,13 @@ class _SpreadState:
         self.in_neighbours = rarest_neighbours(topology)
         self.rivals = faster_rivals(topology, self.durations)
         self.looking_again: set[int] = set()  # links with a pending _LOOK_AGAIN event
+        # Late binding: per receiver, chunk -> transfer over a link with rivals bringing it;
+        # such a transfer's sender's holdings when it started; those overtaken (until they
+        # land); those dropped.
+        self.overtakable: list[dict[int, int]] = [{} for _ in range(n)]
+        self.held_at_start: dict[int, int] = {}
+        self.overtaken: set[int] = set()
+        self.dropped: set[int] = set()
 
         num_chunks = 1 + max([s.chunk for s in sources] + [w.bit_length() for w in wants])
         self.copies = [0] * num_chunks
@@ -238,6 +258,7 @@ class _SpreadState:
         freed: list[int] = []
         touched: set[int] = set()
         delivered = 0
+        landed_overtaken: list[int] = []
         while self.events and self.events[0][0] == now:
             _, _, kind, a, b = heapq.heappop(self.events)
             if kind == _LINK_FREE:
@@ -251,20 +272,56 @@ class _SpreadState:
                 node, chunk = b, a
                 self.near.gain(node, 1 << chunk)
             else:
+                sender = self.sender_of.pop(a)
+                self.outstanding[sender] -= 1
+                touched.add(sender)  # its port is free again
+                if a in self.overtaken:
+                    self.overtaken.remove(a)
+                    landed_overtaken.append(a)
+                    continue
                 transfer = self.transfers[a]
                 node, chunk = transfer.dst, transfer.chunk
                 self.incoming[node] &= ~(1 << chunk)
                 self.arrived_by[(node, chunk)] = a + self.index_offset
-                sender = self.sender_of.pop(a)
-                self.outstanding[sender] -= 1
-                touched.add(sender)  # its port is free again
-            bit = 1 << chunk
-            if not self.holds[node] & bit:
-                self.holds[node] |= bit
-                touched.add(node)
-                if self.wants[node] & bit:
-                    delivered += 1
+                if self.overtakable[node].get(chunk) == a:
+                    del self.overtakable[node][chunk]
+                    del self.held_at_start[a]
+            delivered += self._hold(node, chunk, touched)
+        # In (start, link) order, which the compiled engines can follow too.
+        landed_overtaken.sort(key=lambda i: (self.transfers[i].start, self.transfers[i].link))
+        for index in landed_overtaken:
+            delivered += self.rebind(index, touched)
         return freed, touched, delivered
+
+    def _hold(self, node: int, chunk: int, touched: set[int]) -> int:
+        """``node`` now holds ``chunk``; 1 if that delivers a chunk it wants, else 0."""
+        bit = 1 << chunk
+        if self.holds[node] & bit:
+            return 0
+        self.holds[node] |= bit
+        touched.add(node)
+        return 1 if self.wants[node] & bit else 0
+
+    def rebind(self, index: int, touched: set[int]) -> int:
+        """Bind the overtaken transfer ``index``, landing now, to a chunk its receiver lacks.
+
+        Of the chunks its sender held when it started that the receiver wants
+        and neither holds nor is receiving, the policy's pick; with none, the
+        transfer is dropped from the schedule. Returns the deliveries (0 or 1).
+        """
+        transfer = self.transfers[index]
+        u, v = transfer.src, transfer.dst
+        held = self.held_at_start.pop(index)
+        options = held & self.wants[v] & ~self.holds[v] & ~self.incoming[v]
+        if not options:
+            self.dropped.add(index)
+            return 0
+        chunk = self._choose(options, v)
+        self.transfers[index] = replace(transfer, chunk=chunk, deps=self._deps_at(u, chunk))
+        self.arrived_by[(v, chunk)] = index + self.index_offset
+        self.near.gain(v, 1 << chunk)
+        self.copies[chunk] += 1
+        return self._hold(v, chunk, touched)
 
     def match_link(self, link_id: int, now: float) -> None:
         """Give the free link ``link_id`` one chunk towards one NPU it leads to."""
@@ -276,8 +333,9 @@ class _SpreadState:
             return
         if self.fabric is None or not self.topology.is_switch(self.topology.links[link_id].dst):
             (route,) = routes
-            candidates = self._candidates(sender, route.dst, 0)
-            if candidates and not self._left_to_rivals(link_id, candidates, now):
+            overtakes = self._overtakes(link_id, now)
+            candidates = self._candidates(sender, route.dst, 0, overtakes)
+            if candidates and not self._left_to_rivals(link_id, candidates, now, overtakes):
                 self._send(sender, route.dst, route.links, self._choose(candidates, route.dst), now)
             return
         # A switch uplink: of the destinations that take a chunk, one reached soonest.
@@ -295,29 +353,57 @@ class _SpreadState:
         chunk = self._choose(takers[dst][1], dst)
         self._send(sender, dst, paths[dst][2], chunk, now)
 
-    def _candidates(self, u: int, v: int, elsewhere: int) -> int:
+    def _overtakes(self, link_id: int, now: float) -> int:
+        """Chunks the direct link ``link_id`` would bring its receiver sooner than the
+        slower transfers now bringing them (a bit set; see the module docs).
+
+        Only when the link has nothing else for its receiver, or the slower
+        transfer can still land with something the receiver lacks: else the
+        slower link's time would be spent for nothing while this one could have
+        carried another chunk.
+        """
+        link = self.topology.links[link_id]
+        pending = self.overtakable[link.dst]
+        if not pending or self.ports is not None:
+            return 0
+        arrival = now + self.durations[link_id]
+        overtakes = 0
+        lacking = self.wants[link.dst] & ~self.holds[link.dst] & ~self.incoming[link.dst]
+        idle = not self.holds[link.src] & ~self.holds[link.dst] & ~self.incoming[link.dst]
+        for chunk, index in pending.items():
+            if (
+                self.holds[link.src] >> chunk & 1
+                and arrival < self.transfers[index].end * SOONER
+                and (idle or self.held_at_start[index] & lacking)
+            ):
+                overtakes |= 1 << chunk
+        return overtakes
+
+    def _candidates(self, u: int, v: int, elsewhere: int, overtakes: int = 0) -> int:
         """The chunks worth sending from ``u`` to ``v`` (a bit set), none of ``elsewhere``.
 
-        Those ``v`` lacks and wants, or if it wants none of them, those it would relay
+        Those ``v`` lacks and wants (and neither is receiving nor would get sooner
+        than over ``overtakes``), or if it wants none of them, those it would relay
         towards a node waiting for them.
         """
-        eligible = self.holds[u] & ~self.holds[v] & ~self.incoming[v] & ~elsewhere
+        eligible = self.holds[u] & ~self.holds[v] & ~(self.incoming[v] & ~overtakes) & ~elsewhere
         wanted = eligible & self.wants[v]
         if wanted or not eligible:
             return wanted
         return sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
 
-    def _left_to_rivals(self, link_id: int, candidates: int, now: float) -> bool:
+    def _left_to_rivals(self, link_id: int, candidates: int, now: float, overtakes: int) -> bool:
         """Whether the direct link ``link_id`` leaves its wanted ``candidates`` to faster links.
 
-        If so, the link looks again when the first rival transfer counted on
-        would arrive (unless it already will look again).
+        A chunk it ``overtakes`` counts as one its receiver still lacks. If so,
+        the link looks again when the first rival transfer counted on would
+        arrive (unless it already will look again).
         """
         v = self.topology.links[link_id].dst
         rivals = self.rivals[link_id]
         if not rivals or self.ports is not None or not candidates & self.wants[v]:
             return False
-        lacking = self.wants[v] & ~self.holds[v] & ~self.incoming[v]
+        lacking = self.wants[v] & ~self.holds[v] & ~(self.incoming[v] & ~overtakes)
         horizon = now + self.durations[link_id]
         capacities, holdings, first_arrivals = [], [], []
         for rival in rivals:
@@ -406,10 +492,13 @@ class _SpreadState:
             times.append((start, ready))
         return times
 
-    def _send(self, u: int, v: int, links: tuple[int, ...], chunk: int, now: float) -> None:
+    def _deps_at(self, u: int, chunk: int) -> tuple[int, ...]:
+        """What a transfer of ``chunk`` from ``u`` depends on: how ``u`` got it."""
         deps = self.source_deps.get((u, chunk))
-        if deps is None:
-            deps = (self.arrived_by[(u, chunk)],)
+        return (self.arrived_by[(u, chunk)],) if deps is None else deps
+
+    def _send(self, u: int, v: int, links: tuple[int, ...], chunk: int, now: float) -> None:
+        deps = self._deps_at(u, chunk)
         nodes = [u, *(self.topology.links[i].dst for i in links)]
         for hop, (link_id, (start, end)) in enumerate(
             zip(links, self._hop_times(links, now), strict=True)
@@ -422,12 +511,37 @@ class _SpreadState:
             )
             deps = (len(self.transfers) + self.index_offset,)
             self.transfers.append(transfer)
-        self.push(self.transfers[-1].end, _ARRIVED, len(self.transfers) - 1, v)
-        self.sender_of[len(self.transfers) - 1] = u
+        index = len(self.transfers) - 1
+        self.push(self.transfers[-1].end, _ARRIVED, index, v)
+        self.sender_of[index] = u
         self.outstanding[u] += 1
+        overtaken = self.overtakable[v].pop(chunk, None)  # only a faster copy sends it again
+        if overtaken is not None:
+            self.overtaken.add(overtaken)  # its copy stays counted as this one
+        else:
+            self.copies[chunk] += 1
+        if self.rivals[links[0]]:  # a slower link: faster ones may overtake it
+            self.overtakable[v][chunk] = index
+            self.held_at_start[index] = self.holds[u]
         self.incoming[v] |= 1 << chunk
         self.near.gain(v, 1 << chunk)
-        self.copies[chunk] += 1
+
+    def without_dropped(self) -> list[Transfer]:
+        """The transfers but the dropped ones, dependencies renumbered (none are on those).
+
+        Overtaken transfers that have not landed when the spread is done are dropped:
+        their receivers have everything they want.
+        """
+        self.dropped |= self.overtaken
+        if not self.dropped:
+            return self.transfers
+        kept = [i for i in range(len(self.transfers)) if i not in self.dropped]
+        offset = self.index_offset
+        new_index = {old + offset: new + offset for new, old in enumerate(kept)}
+        return [
+            replace(t, deps=tuple(new_index.get(d, d) for d in t.deps))
+            for t in (self.transfers[i] for i in kept)
+        ]
 
     def first_missing(self) -> tuple[int, int]:
         for node, want in enumerate(self.wants):

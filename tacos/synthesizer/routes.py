@@ -121,6 +121,12 @@ def faster_rivals(topology: Topology, durations: list[float]) -> list[tuple[int,
     return rivals
 
 
+def overtakable_in_links(topology: Topology, rivals: list[tuple[int, ...]]) -> list[list[int]]:
+    """Per node, its in-links that have faster rivals: those whose transfers a faster
+    link may overtake (see ``greedy.py``, module docs)."""
+    return [[lk for lk in topology.in_links[v] if rivals[lk]] for v in range(topology.num_nodes)]
+
+
 @dataclass(frozen=True, slots=True)
 class ShortestPaths:
     """The statically shortest paths from one switch into the fabric and out to NPUs.
