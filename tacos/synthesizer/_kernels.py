@@ -855,6 +855,7 @@ def run_spread(
     """
     num_links = link_src.shape[0]
     num_sources = source_time.shape[0]
+    overtakable = slow_in.shape[0] > 0  # no links with faster rivals (one speed): none ever
     capacity = out_chunk.shape[0]
     while True:
         if counters[C_REMAINING] == 0:
@@ -912,7 +913,7 @@ def run_spread(
                 is_touched[sender] = True
                 touched[num_touched] = sender
                 num_touched += 1
-            if overtaken[link]:  # bound below, with the others landing now
+            if overtakable and overtaken[link]:  # bound below, with the others landing now
                 landed[num_landed] = link
                 num_landed += 1
                 link = following
@@ -1000,7 +1001,7 @@ def run_spread(
             u, v = link_src[link], link_dst[link]
             # With chunks to overtake, v's taken row is changed for this decision, so the
             # link's counts do not apply: the choice reads the bit sets (pick_chunk).
-            may_overtake = slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
+            may_overtake = overtakable and slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
                 link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
                 flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
             )  # fmt: skip
@@ -1038,7 +1039,7 @@ def run_spread(
                     counters[C_LATE] += 1
                 sent[link] = chunk
                 flight_chunk[link] = chunk  # now: a faster link may overtake it this event
-                if rival_slot[link] >= 0:
+                if overtakable and rival_slot[link] >= 0:
                     for w in range(holds.shape[1]):
                         start_holds[rival_slot[link], w] = holds[u, w]
                 if not overtaking:  # else v has taken it, and the overtaken copy is counted
@@ -1061,7 +1062,7 @@ def run_spread(
             out_chunk[k] = chunk
             out_link[k] = link
             out_start[k] = now
-            if rival_slot[link] >= 0:  # faster links may overtake it
+            if overtakable and rival_slot[link] >= 0:  # faster links may overtake it
                 flight_row[link], flight_start[link] = counters[C_ROWS] + k, now
             # Transfers on links of one duration class end together: one heap entry,
             # its links chained in link order.
