@@ -493,6 +493,23 @@ def _pick_rarest(
         )
         bits = _fewest_holders(bits, w, v, inbr_ptr, inbrs, holds, planes)
         k = list_members(bits, w, pool, 0)
+    return _rarest_of(pool, k, v, inbr_ptr, inbrs, holds, copies, mt, counters)
+
+
+@njit(cache=True, inline="always")
+def _rarest_of(
+    pool: np.ndarray,
+    k: int,
+    v: int,
+    inbr_ptr: np.ndarray,
+    inbrs: np.ndarray,
+    holds: np.ndarray,
+    copies: np.ndarray,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> int:
+    """Of the chunks ``pool[:k]``, one held by fewest in-neighbours of ``v``, then with
+    fewest copies; ties at random, in pool order."""
     best_key, ties = 1 << 62, 0
     for i in range(k):
         key = _holders(inbr_ptr, inbrs, holds, v, pool[i]) * (1 << 32) + copies[pool[i]]
@@ -651,16 +668,7 @@ def pick_chunk(
     else:
         for w in range(words):
             k = list_members(lacking_word(sources, s, rows, row, w), w, pool, k)
-    best_holders, best_copies, ties = 1 << 62, 1 << 62, 0
-    for i in range(k):
-        chunk = pool[i]
-        holders = _holders(inbr_ptr, inbrs, holds, v, chunk)
-        if holders < best_holders or (holders == best_holders and copies[chunk] < best_copies):
-            best_holders, best_copies, ties = holders, copies[chunk], 0
-        if holders == best_holders and copies[chunk] == best_copies:
-            pool[ties] = chunk
-            ties += 1
-    return pool[randbelow(ties, mt, counters)] if ties > 1 else pool[0]
+    return _rarest_of(pool, k, v, inbr_ptr, inbrs, holds, copies, mt, counters)
 
 
 # ---------------------------------------------------------------- overtaking (late binding)
