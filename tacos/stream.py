@@ -67,7 +67,8 @@ def stream_all_gather(
     The transfers are those of ``tacos.synthesize(topology, collective, seed=seed,
     policy=policy)``: no post-pass changes an All-Gather of the fast engine's
     scope, as every copy is wanted and starts as early as it can, unless a
-    link that left chunks to faster links sent one after all (``Block.late``,
+    link that left chunks to faster links sent one after all, or a faster link
+    overtook a transfer that then landed with another chunk (``Block.late``,
     rare; on links of one speed into each NPU, never). Re-timing those needs
     every transfer in memory, so the stream then stops with an error and
     writes nothing. The header is written last, over space reserved for it,
@@ -119,8 +120,9 @@ def stream_all_gather(
         if late:
             raise TacosError(
                 f"{path}: not written: {late} transfers of this All-Gather went over links "
-                "that had first left their chunks to faster links, and re-timing them needs "
-                "the whole schedule in memory; synthesize it without --stream "
+                "that had first left their chunks to faster links or were overtaken by "
+                "faster ones, and re-timing them needs the whole schedule in memory; "
+                "synthesize it without --stream "
                 "(fewer chunks if it is too big)"
             )
         final = _encode_header(_header(topology, collective, seed, policy, count, finish), offset)

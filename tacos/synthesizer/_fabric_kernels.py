@@ -36,6 +36,7 @@ from tacos.synthesizer._kernels import (
     settle_overtakes,
     shuffle,
     sort_landed,
+    touch,
 )
 from tacos.synthesizer.greedy import MAX_RIVALS
 
@@ -203,16 +204,6 @@ def _hold(node: int, chunk: int, holds: np.ndarray, gained: np.ndarray, held: np
     gained[node, held[node]] = chunk
     held[node] += 1
     return True
-
-
-@njit(cache=True, inline="always")
-def _touch(node: int, is_touched: np.ndarray, touched: np.ndarray, num_touched: int) -> int:
-    """Note ``node`` as touched by this event (its links become candidates); the new count."""
-    if not is_touched[node]:
-        is_touched[node] = True
-        touched[num_touched] = node
-        num_touched += 1
-    return num_touched
 
 
 # ---------------------------------------------------------------- covers
@@ -407,6 +398,7 @@ def run_fabric_spread(
     rivals: np.ndarray,
     slow_in_ptr: np.ndarray,
     slow_in: np.ndarray,
+    rival_slot: np.ndarray,
     near_ptr: np.ndarray,
     near_nodes: np.ndarray,
     near_dist: np.ndarray,
@@ -527,13 +519,7 @@ def run_fabric_spread(
     gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
     # overtaking (see _kernels.find_overtakes); a dropped transfer's chunk becomes -1
-    rival_slot = np.full(num_links, -1, np.int64)
-    num_slots = 0
-    for link in range(num_links):
-        if rivals_ptr[link] < rivals_ptr[link + 1]:
-            rival_slot[link] = num_slots
-            num_slots += 1
-    start_holds = np.zeros((num_slots, words), np.uint64)
+    start_holds = np.zeros((int(np.count_nonzero(rival_slot >= 0)), words), np.uint64)
     flight_chunk = np.full(num_links, -1, np.int64)
     flight_row = np.full(num_links, -1, np.int64)
     flight_start = np.zeros(num_links)
@@ -564,7 +550,7 @@ def run_fabric_spread(
                 taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
                 _cover_gain(node, chunk, covers, watch, watch_head)
             else:
-                num_touched = _touch(sender_of[a], is_touched, touched, num_touched)
+                num_touched = touch(sender_of[a], is_touched, touched, num_touched)
                 last = out_link[a]
                 if flight_row[last] == a:
                     flight_chunk[last] = -1
@@ -576,7 +562,7 @@ def run_fabric_spread(
                 node, chunk = link_dst[last], out_chunk[a]
                 arrived_by[node, chunk] = a + index_offset
             if _hold(node, chunk, holds, gained, held):
-                num_touched = _touch(node, is_touched, touched, num_touched)
+                num_touched = touch(node, is_touched, touched, num_touched)
                 if source_node[chunk] != node:
                     remaining -= 1
         # Overtaken transfers landing now carry what their receivers still lack (rebind).
@@ -598,7 +584,7 @@ def run_fabric_spread(
             _cover_gain(node, chunk, covers, watch, watch_head)
             copies[chunk] += 1
             _hold(node, chunk, holds, gained, held)
-            num_touched = _touch(node, is_touched, touched, num_touched)
+            num_touched = touch(node, is_touched, touched, num_touched)
             remaining -= 1
         if remaining == 0:
             break

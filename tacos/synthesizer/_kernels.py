@@ -286,6 +286,16 @@ def gain(
 
 
 @njit(cache=True, inline="always")
+def touch(node: int, is_touched: np.ndarray, touched: np.ndarray, num_touched: int) -> int:
+    """Note ``node`` as touched by this event (its links become candidates); the new count."""
+    if not is_touched[node]:
+        is_touched[node] = True
+        touched[num_touched] = node
+        num_touched += 1
+    return num_touched
+
+
+@njit(cache=True, inline="always")
 def prefetch_arrival(
     link: int,
     flight_chunk: np.ndarray,
@@ -917,10 +927,7 @@ def run_spread(
                 continue
             flight_chunk[link] = -1
             sender = link_src[link]  # the reference re-offers a sender's links on arrival
-            if not is_touched[sender]:
-                is_touched[sender] = True
-                touched[num_touched] = sender
-                num_touched += 1
+            num_touched = touch(sender, is_touched, touched, num_touched)
             if overtakable and overtaken[link]:  # bound below, with the others landing now
                 landed[num_landed] = link
                 num_landed += 1
@@ -930,10 +937,7 @@ def run_spread(
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
                 gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
                 delivered += 1
-                if not is_touched[node]:
-                    is_touched[node] = True
-                    touched[num_touched] = node
-                    num_touched += 1
+                num_touched = touch(node, is_touched, touched, num_touched)
             link = following
         while counters[C_SOURCE] < num_sources and source_time[counters[C_SOURCE]] == now:
             node = source_node[counters[C_SOURCE]]
@@ -942,10 +946,7 @@ def run_spread(
             if not holds[node, chunk >> 6] & (_ONE << np.uint64(chunk & 63)):
                 claim(node, chunk, holds, taken, in_ptr, in_links, in_srcs, block_count)
                 gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
-                if not is_touched[node]:
-                    is_touched[node] = True
-                    touched[num_touched] = node
-                    num_touched += 1
+                num_touched = touch(node, is_touched, touched, num_touched)
         # Overtaken transfers landing now carry what their receivers still lack (rebind).
         sort_landed(landed, num_landed, flight_start)
         for i in range(num_landed):
@@ -965,10 +966,7 @@ def run_spread(
             gain(node, chunk, holds, taken, out_ptr, out_links, out_dsts, block_count)
             copies[chunk] += 1
             delivered += 1
-            if not is_touched[node]:
-                is_touched[node] = True
-                touched[num_touched] = node
-                num_touched += 1
+            num_touched = touch(node, is_touched, touched, num_touched)
         counters[C_REMAINING] -= delivered
         counters[C_DELIVERED] += delivered
         if counters[C_REMAINING] == 0:

@@ -26,6 +26,13 @@ def csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, np.fromiter((x for r in rows for x in r), np.int64, int(ptr[-1]))
 
 
+def rival_slots(rivals_ptr: np.ndarray) -> np.ndarray:
+    """Per link, its row in a table kept only for links with rivals (CSR ``rivals_ptr``);
+    -1 for the others. The overtaking state is kept so (see ``_kernels.find_overtakes``)."""
+    has_rivals = np.diff(rivals_ptr) > 0
+    return np.where(has_rivals, np.cumsum(has_rivals) - 1, -1).astype(np.int64)
+
+
 def link_endpoints(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
     """Every link's source and destination node, by link id."""
     count = len(topology.links)

@@ -49,7 +49,7 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
-from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
+from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_slots
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import (
     MAX_RIVALS,
@@ -211,8 +211,7 @@ class _SpreadKernel:
         rivals = faster_rivals(topology, self.link_time.tolist())
         self.rivals_ptr, self.rivals = csr(rivals)
         self.slow_in_ptr, self.slow_in = csr(overtakable_in_links(topology, rivals))
-        has_rivals = np.diff(self.rivals_ptr) > 0
-        self.rival_slot = np.where(has_rivals, np.cumsum(has_rivals) - 1, -1).astype(np.int64)
+        self.rival_slot = rival_slots(self.rivals_ptr)
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)
@@ -266,7 +265,8 @@ class _SpreadKernel:
         self.rival_cap = np.zeros(MAX_RIVALS, np.int64)
         self.rival_src = np.zeros(MAX_RIVALS, np.int64)
         self.only_within = np.zeros(1 << MAX_RIVALS, np.int64)
-        self.start_holds = np.zeros((int(has_rivals.sum()), self.holds.shape[1]), np.uint64)
+        slots = int((self.rival_slot >= 0).sum())
+        self.start_holds = np.zeros((slots, self.holds.shape[1]), np.uint64)
         self.late = np.zeros(self.holds.shape[1], np.uint64)
         self.landed = np.zeros(num_links, np.int64)
         self.capacity = max(BLOCK_TRANSFERS, 2 * num_links)

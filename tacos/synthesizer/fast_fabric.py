@@ -19,7 +19,7 @@ import numpy as np
 
 from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
-from tacos.synthesizer.arrays import RandomState, csr, link_endpoints
+from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_slots
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
 from tacos.synthesizer.routes import (
     Fabric,
@@ -42,7 +42,8 @@ class FabricArrays:
     * ``rivals_ptr``/``rivals``: per link, the faster links it may leave chunks to
       (:func:`~tacos.synthesizer.routes.faster_rivals`); ``slow_in_ptr``/``slow_in``:
       per node, the in-links whose transfers faster ones may overtake
-      (:func:`~tacos.synthesizer.routes.overtakable_in_links`).
+      (:func:`~tacos.synthesizer.routes.overtakable_in_links`); ``rival_slot``: per link
+      with rivals, its row in the kernel's overtaking table (-1 for the others).
     * ``near_ptr``/``near_nodes``/``near_dist``: per NPU, the other NPUs by
       distance to it, nearest first; ``max_keys`` bounds how many distance cuts
       of one node the nearer-holder rule can ask for.
@@ -64,6 +65,7 @@ class FabricArrays:
     rivals: np.ndarray
     slow_in_ptr: np.ndarray
     slow_in: np.ndarray
+    rival_slot: np.ndarray
     near_ptr: np.ndarray
     near_nodes: np.ndarray
     near_dist: np.ndarray
@@ -119,9 +121,9 @@ class FabricArrays:
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
-            rivals_ptr, rivals, slow_in_ptr, slow_in, near_ptr, near_nodes, near_dist, max_keys,
-            dag_of_link, node_ptr, nodes, first_npu, edge_ptr, edge_links, edge_preds, path_us,
-            dest_base,
+            rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slots(rivals_ptr), near_ptr,
+            near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu, edge_ptr,
+            edge_links, edge_preds, path_us, dest_base,
         )  # fmt: skip
 
 
@@ -166,7 +168,7 @@ def fabric_spread(
     chunk, link, start, end, dep, missing = FK.run_fabric_spread(
         arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
         arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.rivals_ptr, arrays.rivals,
-        arrays.slow_in_ptr, arrays.slow_in,
+        arrays.slow_in_ptr, arrays.slow_in, arrays.rival_slot,
         arrays.near_ptr, arrays.near_nodes, arrays.near_dist, arrays.max_keys, arrays.dag_of_link,
         arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
