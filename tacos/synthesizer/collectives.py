@@ -15,6 +15,9 @@
 Several tenants (collectives of one kind on disjoint rank groups) are
 synthesized jointly on one link timeline: their chunks get disjoint global ids,
 so they compete for shared links exactly like chunks of one collective do.
+
+Every spread is pruned, re-timed and has its tail shortened
+(:mod:`.timing`); the compiled engine runs the same tail pass.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
 from tacos.synthesizer.ownership import fastest_layout, owner_layouts
-from tacos.synthesizer.timing import prune, renumber, retime_asap
+from tacos.synthesizer.timing import prune, renumber, retime_asap, shorten_tail
 from tacos.topology import Topology
 
 MIRRORS = {
@@ -246,4 +249,8 @@ def _spread(
         sorted(range(len(combined)), key=lambda i: (combined[i].start, combined[i].link, i)),
     )
     kept = prune(in_order, lambda t: t.op is Op.REDUCE or bool(wants[t.dst] >> t.chunk & 1))
-    return retime_asap(kept, topology, tenants.chunk_bytes, settings.sends_in_flight)
+
+    def retime(transfers: list[Transfer]) -> list[Transfer]:
+        return retime_asap(transfers, topology, tenants.chunk_bytes, settings.sends_in_flight)
+
+    return shorten_tail(retime(kept), topology, retime)

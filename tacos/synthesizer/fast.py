@@ -48,6 +48,7 @@ import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.schedule import Transfer
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_slots
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
@@ -59,6 +60,7 @@ from tacos.synthesizer.greedy import (
 )
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
 from tacos.synthesizer.routes import faster_rivals, overtakable_in_links, rarest_neighbours
+from tacos.synthesizer.timing import MAX_TAIL_TRANSFERS, shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -401,8 +403,8 @@ def _spread(
     spread = spread_table(topology, blocks, sources, spec.chunk_bytes, offset)
     table = spread if earlier is None else _in_start_order(_concat(earlier, spread))
     if any(block.late for block in blocks):
-        return retime_npu_links(table, topology, spec.chunk_bytes)
-    return table
+        table = retime_npu_links(table, topology, spec.chunk_bytes)
+    return _shorten_tail(table, topology, spec.chunk_bytes)
 
 
 def _fabric_spread(
@@ -427,7 +429,20 @@ def _fabric_spread(
     if settings.on_delivery:
         settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)
     combined = spread if earlier is None else _concat(earlier, spread)
-    return replay_table(combined, topology, spec.chunk_bytes)
+    replayed = replay_table(combined, topology, spec.chunk_bytes)
+    return _shorten_tail(replayed, topology, spec.chunk_bytes)
+
+
+def _shorten_tail(table: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
+    """The reference's :func:`.shorten_tail` (which it runs after every spread), on a table."""
+    if len(table) > MAX_TAIL_TRANSFERS:
+        return table
+
+    def retime(transfers: list[Transfer]) -> list[Transfer]:
+        return list(replay_table(TransferTable.from_transfers(transfers), topology, chunk_bytes))
+
+    shortened = shorten_tail(list(table), topology, retime)
+    return TransferTable.from_transfers(shortened)
 
 
 def spread_table(
