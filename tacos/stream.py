@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,17 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.output import atomic_file
 from tacos.schedule import Schedule
-from tacos.synthesizer.fast import Block, Sources, fast_unsupported, spread_blocks, spread_table
+from tacos.synthesizer.fast import (
+    Block,
+    FastSettings,
+    Sources,
+    fast_transfers,
+    fast_unsupported,
+    spread_blocks,
+    spread_table,
+)
 from tacos.synthesizer.greedy import ChunkPolicy
+from tacos.synthesizer.timing import MAX_TAIL_TRANSFERS
 from tacos.topology import Topology
 
 MAGIC = "TACOS-TRANSFERS"
@@ -65,7 +74,8 @@ def stream_all_gather(
     """Synthesize an All-Gather over every NPU with the fast engine, straight to ``path``.
 
     The transfers are those of ``tacos.synthesize(topology, collective, seed=seed,
-    policy=policy)``: no post-pass changes an All-Gather of the fast engine's
+    policy=policy)``. One small enough for the tail pass is made whole first;
+    for a bigger one no post-pass changes an All-Gather of the fast engine's
     scope, as every copy is wanted and starts as early as it can, unless a
     link that left chunks to faster links sent one after all, or a faster link
     overtook a transfer that then landed with another chunk (``Block.late``,
@@ -98,15 +108,7 @@ def stream_all_gather(
     count, late, finish = 0, 0, 0.0
     with atomic_file(path) as out:
         out.write(b" " * offset)
-        for block in spread_blocks(
-            topology,
-            Sources.at_owners(collective),
-            collective.num_chunks,
-            collective.chunk_bytes,
-            random.Random(seed),
-            policy,
-            on_delivery=on_delivery,
-        ):
+        for block in _blocks(topology, collective, random.Random(seed), policy, on_delivery):
             records = np.empty(len(block.chunk), RECORD)
             records["chunk"], records["link"], records["start"] = (
                 block.chunk,
@@ -131,6 +133,34 @@ def stream_all_gather(
         out.seek(0)
         out.write(final.ljust(offset))
     return StreamSummary(path, count, finish, path.stat().st_size)
+
+
+def _blocks(
+    topology: Topology,
+    collective: Collective,
+    rng: random.Random,
+    policy: ChunkPolicy,
+    on_delivery: Callable[[int], None],
+) -> Iterator[Block]:
+    """The spread's transfers in blocks, as they are decided.
+
+    A spread small enough for the tail pass (:data:`.MAX_TAIL_TRANSFERS`, which
+    changes start times and so the order) is made whole, as ``tacos.synthesize``
+    makes it, and given as one block.
+    """
+    if (topology.num_npus - 1) * collective.num_chunks <= MAX_TAIL_TRANSFERS:
+        table = fast_transfers(topology, collective, FastSettings(rng, policy, on_delivery))
+        yield Block(table.chunk, table.link, table.start)
+        return
+    yield from spread_blocks(
+        topology,
+        Sources.at_owners(collective),
+        collective.num_chunks,
+        collective.chunk_bytes,
+        rng,
+        policy,
+        on_delivery=on_delivery,
+    )
 
 
 def open_stream(path: str | Path) -> tuple[dict[str, Any], np.ndarray]:

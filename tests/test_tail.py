@@ -64,3 +64,19 @@ def test_the_pass_keeps_schedules_valid_and_never_later(monkeypatch, kind, topol
     assert tacos.verify(reference).ok
     assert reference.collective_time_us <= without.collective_time_us
     assert list(with_pass["fast"].transfers) == list(reference.transfers)
+
+
+def test_a_streamed_all_gather_is_the_synthesized_one_when_the_pass_shortens_it(
+    tmp_path, monkeypatch
+):
+    from tacos.stream import stream_all_gather, to_table
+
+    rnd = random.Random(145)  # of 200 such graphs, one where the pass gains (20 us)
+    topo = random_topology(rnd, rnd.randint(5, 12))
+    spec = Collective(AG, tuple(topo.npus), 2, 2**20)
+    synthesized = tacos.synthesize(topo, spec, seed=0, engine="fast")
+    stream_all_gather(topo, spec, tmp_path / "ag.tacos", seed=0)
+    assert list(to_table(tmp_path / "ag.tacos").transfers) == list(synthesized.transfers)
+    monkeypatch.setattr(timing, "MAX_TAIL_ROUNDS", 0)
+    without = tacos.synthesize(topo, spec, seed=0, engine="fast")
+    assert synthesized.collective_time_us < without.collective_time_us
