@@ -90,7 +90,7 @@ def shorten_tail(
     between those two sends is safe when the sender held the relayed chunk at
     the earlier send: every transfer keeps its link and its place on it, the
     relayed chunk arrives sooner and the other one no later than the schedule
-    ended, so after :func:`retime` (as soon as possible, same link order) no
+    ended, so after ``retime`` (as soon as possible, same link order) no
     time is later. Each round swaps, on the dependency chain of every last
     arrival, at the hop where it gains most; rounds go on while the finish
     time drops. ``transfers`` are in start order, dependencies by index.
