@@ -17,9 +17,15 @@ from tacos.schedule import Transfer
 from tacos.synthesizer import timing
 from tacos.synthesizer.timing import retime_asap, shorten_tail
 from tacos.topology import Link, Topology
+from tacos.transfers import TransferTable
 
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
 SLOT_US = 20.03125  # 1 MiB over a 50 GB/s link with 0.5 us latency
+
+
+def retimed_on(topology):
+    """The reference's re-timing of 1 MiB transfers on ``topology``, table to table."""
+    return lambda table: TransferTable.from_transfers(retime_asap(list(table), topology, 2**20))
 
 
 def test_the_relayed_chunk_moves_to_the_earlier_send_and_the_relay_follows_it():
@@ -30,7 +36,7 @@ def test_the_relayed_chunk_moves_to_the_earlier_send_and_the_relay_follows_it():
         Transfer(1, 0, 1, 0, SLOT_US, 2 * SLOT_US),
         Transfer(1, 1, 2, 1, 2 * SLOT_US, 3 * SLOT_US, deps=(1,)),
     ]
-    shortened = shorten_tail(sends, line, lambda ts: retime_asap(ts, line, 2**20))
+    shortened = shorten_tail(TransferTable.from_transfers(sends), line, retimed_on(line))
     assert [(t.chunk, t.link, t.deps) for t in shortened] == [(1, 0, ()), (0, 0, ()), (1, 1, (0,))]
     assert max(t.end for t in shortened) == 2 * SLOT_US
 
@@ -45,7 +51,7 @@ def test_a_chunk_the_sender_did_not_hold_at_the_earlier_send_is_not_moved_there(
         Transfer(1, 0, 1, 1, 2 * SLOT_US, 3 * SLOT_US, deps=(1,)),
         Transfer(1, 1, 2, 2, 3 * SLOT_US, 4 * SLOT_US, deps=(2,)),
     ]
-    assert shorten_tail(sends, topo, lambda ts: retime_asap(ts, topo, 2**20)) == sends
+    assert list(shorten_tail(TransferTable.from_transfers(sends), topo, retimed_on(topo))) == sends
 
 
 @pytest.mark.parametrize("kind", [AG, RS, AR])

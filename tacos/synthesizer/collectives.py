@@ -37,6 +37,7 @@ from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback,
 from tacos.synthesizer.ownership import fastest_layout, owner_layouts
 from tacos.synthesizer.timing import prune, renumber, retime_asap, shorten_tail
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 
 MIRRORS = {
     CollectiveKind.REDUCE_SCATTER: CollectiveKind.ALL_GATHER,
@@ -250,7 +251,12 @@ def _spread(
     )
     kept = prune(in_order, lambda t: t.op is Op.REDUCE or bool(wants[t.dst] >> t.chunk & 1))
 
-    def retime(transfers: list[Transfer]) -> list[Transfer]:
+    def retime(transfers: Sequence[Transfer]) -> list[Transfer]:
         return retime_asap(transfers, topology, tenants.chunk_bytes, settings.sends_in_flight)
 
-    return shorten_tail(retime(kept), topology, retime)
+    retimed = retime(kept)
+    table = TransferTable.from_transfers(retimed)
+    shortened = shorten_tail(
+        table, topology, lambda swapped: TransferTable.from_transfers(retime(list(swapped)))
+    )
+    return retimed if shortened is table else list(shortened)

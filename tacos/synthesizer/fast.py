@@ -48,7 +48,6 @@ import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.schedule import Transfer
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_slots
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
@@ -60,7 +59,7 @@ from tacos.synthesizer.greedy import (
 )
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
 from tacos.synthesizer.routes import faster_rivals, overtakable_in_links, rarest_neighbours
-from tacos.synthesizer.timing import MAX_TAIL_TRANSFERS, shorten_tail
+from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -434,15 +433,10 @@ def _fabric_spread(
 
 
 def _shorten_tail(table: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
-    """The reference's :func:`.shorten_tail` (which it runs after every spread), on a table."""
-    if len(table) > MAX_TAIL_TRANSFERS:
-        return table
-
-    def retime(transfers: list[Transfer]) -> list[Transfer]:
-        return list(replay_table(TransferTable.from_transfers(transfers), topology, chunk_bytes))
-
-    shortened = shorten_tail(list(table), topology, retime)
-    return TransferTable.from_transfers(shortened)
+    """The reference's :func:`.shorten_tail` (which it runs after every spread)."""
+    return shorten_tail(
+        table, topology, lambda swapped: replay_table(swapped, topology, chunk_bytes)
+    )
 
 
 def spread_table(

@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from tacos.schedule import Op, Transfer
 from tacos.simulate import replay_times
 from tacos.topology import Topology
+from tacos.transfers import OP_CODES, TransferTable
 
 
 def prune(transfers: Sequence[Transfer], is_goal: Callable[[Transfer], bool]) -> list[Transfer]:
@@ -75,13 +78,14 @@ MAX_TAIL_TRANSFERS = 40_000
 """Schedules up to this many transfers get their tail shortened (each round re-times all)."""
 MAX_TAIL_ROUNDS = 8
 """Rounds of :func:`shorten_tail`; most schedules stop after one or two."""
+_COPY = OP_CODES.index(Op.COPY)
 
 
 def shorten_tail(
-    transfers: Sequence[Transfer],
+    table: TransferTable,
     topology: Topology,
-    retime: Callable[[list[Transfer]], Sequence[Transfer]],
-) -> list[Transfer]:
+    retime: Callable[[TransferTable], TransferTable],
+) -> TransferTable:
     """Bring the last arrival forward by swapping chunks between two sends of one link.
 
     The greedy decides in time order, so a link into a node may bring it last
@@ -93,64 +97,75 @@ def shorten_tail(
     ended, so after ``retime`` (as soon as possible, same link order) no
     time is later. Each round swaps, on the dependency chain of every last
     arrival, at the hop where it gains most; rounds go on while the finish
-    time drops. ``transfers`` are in start order, dependencies by index.
+    time drops. ``table`` is in start order; it is returned itself when
+    nothing is swapped. Both engines run this on their tables, so the search
+    is on arrays: most schedules have nothing to swap, and finding that out
+    costs a few passes over the columns.
     """
-    current = list(transfers)
-    if not current or len(current) > MAX_TAIL_TRANSFERS:
-        return current
+    if not len(table) or len(table) > MAX_TAIL_TRANSFERS:
+        return table
+    via_switch = np.fromiter(
+        (topology.is_switch(lk.src) or topology.is_switch(lk.dst) for lk in topology.links),
+        np.bool_,
+        len(topology.links),
+    )
     for _ in range(MAX_TAIL_ROUNDS):
-        finish = max(t.end for t in current)
-        swapped = _swap_on_last_chains(current, topology, finish)
+        finish = table.end.max()
+        swapped = _swap_on_last_chains(table, via_switch, finish)
         if swapped is None:
             break
-        retimed = list(retime(swapped))
-        if max(t.end for t in retimed) >= finish:
+        retimed = retime(swapped)
+        if retimed.end.max() >= finish:
             break
-        current = retimed
-    return current
+        table = retimed
+    return table
 
 
 def _swap_on_last_chains(
-    transfers: list[Transfer], topology: Topology, finish: float
-) -> list[Transfer] | None:
-    """``transfers`` with one swap (see :func:`shorten_tail`) on the chain of each
+    table: TransferTable, via_switch: np.ndarray, finish: float
+) -> TransferTable | None:
+    """``table`` with one swap (see :func:`shorten_tail`) on the chain of each
     transfer ending at ``finish``; None when no chain has one."""
-    dependants: list[list[int]] = [[] for _ in transfers]
-    on_link: dict[int, list[int]] = {}
-    for index, t in enumerate(transfers):
-        for dep in t.deps:
-            dependants[dep].append(index)
-        on_link.setdefault(t.link, []).append(index)
-    result = list(transfers)
+    ptr, deps = table.deps_ptr, table.deps
+    leaf_copy = (table.op == _COPY) & (np.bincount(deps, minlength=len(table)) == 0)
+    by_link = np.argsort(table.link, kind="stable")  # each link's transfers in start order
+    link_ptr = np.searchsorted(table.link[by_link], np.arange(len(via_switch) + 1))
+    swap = np.arange(len(table))
     touched: set[int] = set()
-    for last in (i for i, t in enumerate(transfers) if t.end == finish):
+    for last in np.flatnonzero(table.end == finish).tolist():
         best: tuple[float, int, int] | None = None  # (gain, late send, early send)
         hop = last
-        while len(transfers[hop].deps) == 1:
-            hop = transfers[hop].deps[0]
-            late = transfers[hop]
-            if late.op is not Op.COPY:
+        while ptr[hop + 1] - ptr[hop] == 1:
+            hop = int(deps[ptr[hop]])
+            if table.op[hop] != _COPY:
                 break
-            if topology.is_switch(late.src) or topology.is_switch(late.dst):
+            link = table.link[hop]
+            if via_switch[link]:
                 continue
-            held_from = max((transfers[d].end for d in late.deps), default=0.0)
-            for early in on_link[late.link]:
-                t = transfers[early]
-                if t.start >= late.start:
-                    break
-                if t.start >= held_from and t.op is Op.COPY and not dependants[early]:
-                    gain = late.end - t.end
-                    if best is None or gain > best[0]:
-                        best = (gain, hop, early)
-                    break  # the earliest such send gains most on this hop
-        if best is None or touched & {best[1], best[2], *dependants[best[1]]}:
+            held_from = table.end[deps[ptr[hop] : ptr[hop + 1]]].max(initial=0.0)
+            sends = by_link[link_ptr[link] : link_ptr[link + 1]]
+            starts = table.start[sends]
+            first, end = np.searchsorted(starts, (held_from, table.start[hop]))
+            before = sends[first:end]  # sends the chunk could move to
+            earliest = before[leaf_copy[before]][:1]  # it gains most on this hop
+            if len(earliest):
+                gain = table.end[hop] - table.end[earliest[0]]
+                if best is None or gain > best[0]:
+                    best = (gain, hop, int(earliest[0]))
+        if best is None:
             continue
         _, hop, early = best
-        touched.update((hop, early, *dependants[hop]))
-        late_t, early_t = transfers[hop], transfers[early]
-        result[early] = replace(early_t, chunk=late_t.chunk, deps=late_t.deps)
-        result[hop] = replace(late_t, chunk=early_t.chunk, deps=early_t.deps)
-        for child in dependants[hop]:
-            deps = tuple(sorted(early if d == hop else d for d in result[child].deps))
-            result[child] = replace(result[child], deps=deps)
-    return None if not touched else result
+        involved = {hop, early, *table.dep_rows[deps == hop].tolist()}
+        if touched & involved:
+            continue
+        touched |= involved
+        swap[hop], swap[early] = early, hop
+    if not touched:
+        return None
+    # The two rows trade places, and with them their chunks, their dependencies and
+    # their dependants; their links and times stay where they were.
+    traded = table.take(swap)
+    return TransferTable(
+        traded.chunk, table.src, table.dst, table.link, table.start, table.end, table.op,
+        traded.deps_ptr, traded.deps,
+    )  # fmt: skip
