@@ -68,12 +68,19 @@ def _event_push(
         parent = (i - 1) >> 1
         if times[parent] < t or (times[parent] == t and rows[parent, 0] < seq):
             break
-        times[i] = times[parent]
-        rows[i] = rows[parent]
+        _move_event(times, rows, parent, i)
         i = parent
     times[i] = t
     rows[i, 0], rows[i, 1], rows[i, 2], rows[i, 3] = seq, kind, a, b
     return times, rows
+
+
+@njit(cache=True, inline="always")
+def _move_event(times: np.ndarray, rows: np.ndarray, source: int, target: int) -> None:
+    """Entry ``source`` of the heap copied to ``target`` (column by column: no slices made)."""
+    times[target] = times[source]
+    for column in range(4):
+        rows[target, column] = rows[source, column]
 
 
 @njit(cache=True)
@@ -81,8 +88,7 @@ def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int
     """Remove the earliest event (``size`` entries before); return its payload."""
     kind, a, b = rows[0, 1], rows[0, 2], rows[0, 3]
     n = size - 1
-    t = times[n]
-    last = rows[n].copy()
+    t, last_seq = times[n], rows[n, 0]
     i = 0
     while True:
         child = 2 * i + 1
@@ -93,13 +99,11 @@ def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int
             or (times[child + 1] == times[child] and rows[child + 1, 0] < rows[child, 0])
         ):
             child += 1
-        if t < times[child] or (t == times[child] and last[0] < rows[child, 0]):
+        if t < times[child] or (t == times[child] and last_seq < rows[child, 0]):
             break
-        times[i] = times[child]
-        rows[i] = rows[child]
+        _move_event(times, rows, child, i)
         i = child
-    times[i] = t
-    rows[i] = last
+    _move_event(times, rows, n, i)
     return kind, a, b
 
 
