@@ -670,8 +670,9 @@ def run_fabric_spread(
                             dest_pos[ties], dest_cover[ties] = p, dest_cover[j]
                             ties += 1
                     # The reference draws among the tied destinations by id (= by position).
-                    by_id = np.argsort(dest_pos[:ties])
-                    pick = by_id[randbelow(ties, mt, counters)] if ties > 1 else 0
+                    pick = 0
+                    if ties > 1:
+                        pick = np.argsort(dest_pos[:ties])[randbelow(ties, mt, counters)]
                     best_p, best_cover = dest_pos[pick], dest_cover[pick]
                     v = dag_nodes[base + best_p]
                     chosen_chunk = pick_chunk(holds, u, v, covers, best_cover, holds, inbr_ptr,
@@ -685,7 +686,8 @@ def run_fabric_spread(
                         at = came_pred[at]
                     path[hops] = link
                     hops += 1
-                    path[:hops] = path[:hops][::-1].copy()
+                    for h in range(hops // 2):  # first hop first
+                        path[h], path[hops - 1 - h] = path[hops - 1 - h], path[h]
             if chosen_chunk < 0:
                 continue
             # Send it (the reference's _send): book every hop, the first frees the link.
