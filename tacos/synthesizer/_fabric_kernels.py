@@ -851,9 +851,9 @@ def replay(
     npu_starts = recorded_start[npu_sent]
     if np.any(npu_starts[1:] < npu_starts[:-1]):  # a spread lists its first hops by start
         npu_sent = npu_sent[np.argsort(npu_starts, kind="mergesort")]
-    for i in npu_sent:
-        fixed[placed[link[i]]] = i
-        placed[link[i]] += 1
+    for row in npu_sent:
+        fixed[placed[link[row]]] = row
+        placed[link[row]] += 1
     head = segment[:num_links].copy()  # next of the fixed queue, or the switch heap's size
     fixed_end = placed
     queue = np.empty(count, np.int64)
