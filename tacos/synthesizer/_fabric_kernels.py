@@ -625,7 +625,7 @@ def run_fabric_spread(
                 # since, gained[u, held:]: what a cover has only grows); -1 when not asked
                 # yet. Without it a link would scan every cover's bit set each time its
                 # NPU gains a chunk. (Written out, not a function: a call counts references
-                # to its arrays, a sixth of the time at 4096 GPUs.)
+                # to its arrays, a sixth of the time at 2048 GPUs.)
                 for g in range(cache, cache + num_groups[link]):
                     cover = group_cover[g]
                     known = witness[g]

@@ -16,6 +16,7 @@ import numpy as np
 
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
+from tacos.synthesizer.routes import faster_rivals, overtakable_in_links
 from tacos.topology import Topology
 
 
@@ -26,11 +27,25 @@ def csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, np.fromiter((x for r in rows for x in r), np.int64, int(ptr[-1]))
 
 
-def rival_slots(rivals_ptr: np.ndarray) -> np.ndarray:
-    """Per link, its row in a table kept only for links with rivals (CSR ``rivals_ptr``);
-    -1 for the others. The overtaking state is kept so (see ``_kernels.find_overtakes``)."""
+def rival_arrays(
+    topology: Topology, durations: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The faster-links state both engines hand their kernels, for links of ``durations``.
+
+    Per link, the faster links it may leave chunks to
+    (:func:`~tacos.synthesizer.routes.faster_rivals`, CSR ``rivals_ptr``/``rivals``);
+    per node, the in-links whose transfers faster ones may overtake
+    (:func:`~tacos.synthesizer.routes.overtakable_in_links`, CSR
+    ``slow_in_ptr``/``slow_in``); per link, its row in the overtaking table kept
+    only for links with rivals, -1 for the others (``rival_slot``; see
+    ``_kernels.find_overtakes``).
+    """
+    rivals_of = faster_rivals(topology, list(durations))
+    rivals_ptr, rivals = csr(rivals_of)
+    slow_in_ptr, slow_in = csr(overtakable_in_links(topology, rivals_of))
     has_rivals = np.diff(rivals_ptr) > 0
-    return np.where(has_rivals, np.cumsum(has_rivals) - 1, -1).astype(np.int64)
+    rival_slot = np.where(has_rivals, np.cumsum(has_rivals) - 1, -1).astype(np.int64)
+    return rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot
 
 
 def link_endpoints(topology: Topology) -> tuple[np.ndarray, np.ndarray]:

@@ -49,7 +49,7 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
-from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_slots
+from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import (
     MAX_RIVALS,
@@ -58,7 +58,7 @@ from tacos.synthesizer.greedy import (
     DeliveryCallback,
 )
 from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
-from tacos.synthesizer.routes import faster_rivals, overtakable_in_links, rarest_neighbours
+from tacos.synthesizer.routes import rarest_neighbours
 from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
@@ -209,10 +209,9 @@ class _SpreadKernel:
         self.in_ptr, self.in_links = csr(topology.in_links)
         self.out_dsts, self.in_srcs = self.link_dst[self.out_links], self.link_src[self.in_links]
         self.inbr_ptr, self.inbrs = csr(rarest_neighbours(topology))
-        rivals = faster_rivals(topology, self.link_time.tolist())
-        self.rivals_ptr, self.rivals = csr(rivals)
-        self.slow_in_ptr, self.slow_in = csr(overtakable_in_links(topology, rivals))
-        self.rival_slot = rival_slots(self.rivals_ptr)
+        self.rivals_ptr, self.rivals, self.slow_in_ptr, self.slow_in, self.rival_slot = (
+            rival_arrays(topology, self.link_time.tolist())
+        )
         # Transfers started together on links of equal duration end together.
         class_time, self.link_class = np.unique(self.link_time, return_inverse=True)
         self.class_time = np.ascontiguousarray(class_time, np.float64)

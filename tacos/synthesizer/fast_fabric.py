@@ -19,14 +19,9 @@ import numpy as np
 
 from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
-from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_slots
+from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
-from tacos.synthesizer.routes import (
-    Fabric,
-    faster_rivals,
-    overtakable_in_links,
-    rarest_neighbours,
-)
+from tacos.synthesizer.routes import Fabric, rarest_neighbours
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -108,9 +103,9 @@ class FabricArrays:
         routed = has_routes.tolist()
         first_ptr, first_links = csr([[i for i in out if routed[i]] for out in topology.out_links])
         inbr_ptr, inbrs = csr(rarest_neighbours(topology))
-        rivals_of = faster_rivals(topology, times.tolist())
-        rivals_ptr, rivals = csr(rivals_of)
-        slow_in_ptr, slow_in = csr(overtakable_in_links(topology, rivals_of))
+        rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot = rival_arrays(
+            topology, times.tolist()
+        )
         max_keys = 1 + max(
             (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
             default=0,
@@ -121,7 +116,7 @@ class FabricArrays:
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
-            rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slots(rivals_ptr), near_ptr,
+            rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, near_ptr,
             near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu, edge_ptr,
             edge_links, edge_preds, path_us, dest_base,
         )  # fmt: skip
