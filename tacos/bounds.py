@@ -28,6 +28,10 @@ count those):
   For All-Reduce ``rs_plus_ag`` is also reported: ForestColl's optimum for
   Reduce-Scatter then All-Gather. It bounds only schedules that finish
   reducing before gathering, so it is not part of ``best``.
+* ``latency_cut``: cuts counted chunk by chunk, each chunk no sooner at a
+  cut's link than it can travel there (:mod:`tacos.latency_cuts`): with few
+  chunks per NPU, a cluster's NICs cannot start before the first chunks
+  reach them, and move whole chunks one at a time.
 
 The counts come from the collective's own pre- and postcondition
 (:meth:`tacos.collective.Collective.initial_data` and ``final_data``).
@@ -43,9 +47,10 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from tacos.collective import Collective, CollectiveKind
+from tacos.latency_cuts import bisect_horizon, latency_cut_bound_us
+from tacos.shortest_paths import LinkTimes
 from tacos.throughput import rs_plus_ag_us, throughput_bound_us
 from tacos.topology import GIB, Topology
 
@@ -66,6 +71,7 @@ class LowerBounds:
     link_capacity_us: float
     diameter_us: float
     throughput_us: float = 0.0
+    latency_cut_us: float = 0.0
     rs_plus_ag_us: float | None = None
 
     @property
@@ -76,6 +82,7 @@ class LowerBounds:
             self.link_capacity_us,
             self.diameter_us,
             self.throughput_us,
+            self.latency_cut_us,
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -85,6 +92,7 @@ class LowerBounds:
             "link_capacity_us": self.link_capacity_us,
             "diameter_us": self.diameter_us,
             "throughput_us": self.throughput_us,
+            "latency_cut_us": self.latency_cut_us,
         }
         if self.rs_plus_ag_us is not None:
             data["rs_plus_ag_us"] = self.rs_plus_ag_us
@@ -136,7 +144,10 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
         transfers = demand.unrouted_messages * _fewest_hops_between_npus(topology)
         capacity = max(capacity, min_time_to_move(per_chunk, demand.messages + transfers))
     diameter = _diameter(topology, demand.pairs, topology.link_times_us(collective.chunk_bytes))
-    return LowerBounds(ingress, chunk_ingress, capacity, diameter, throughput, two_phase)
+    latency_cut = latency_cut_bound_us(topology, collective)
+    return LowerBounds(
+        ingress, chunk_ingress, capacity, diameter, throughput, latency_cut, two_phase
+    )
 
 
 @dataclass
@@ -298,15 +309,7 @@ def min_time_to_move(times: Sequence[float], count: int) -> float:
     def moved(horizon: float) -> int:
         return sum(n * math.floor(horizon / t * (1 + 1e-12)) for t, n in distinct.items())
 
-    low, high = 0.0, min(distinct) * count
-    for _ in range(200):
-        middle = (low + high) / 2
-        if middle in (low, high):
-            break
-        if moved(middle) >= count:
-            high = middle
-        else:
-            low = middle
+    high = bisect_horizon(moved, count, min(distinct) * count)
     # The answer is a multiple of some t; the largest multiple not above `high`.
     return max(math.floor(high / t * (1 + 1e-12)) * t for t in distinct)
 
@@ -322,75 +325,12 @@ def _diameter(
     if len(sources) * max(1, len(topology.links)) > _MAX_DIJKSTRA_WORK:
         step = max(1, len(sources) // _SAMPLED_SOURCES)
         sources = sorted({*sources[::step], sources[-1]})
-    out_ptr = np.zeros(topology.num_nodes + 1, np.int64)
-    np.cumsum([len(ids) for ids in topology.out_links], out=out_ptr[1:])
-    out_links = np.fromiter(
-        (i for ids in topology.out_links for i in ids), np.int64, len(per_chunk)
-    )
-    link_dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
-    weight = np.asarray(per_chunk, np.float64)
+    graph = LinkTimes(topology, per_chunk)
     farthest = 0.0
     for source in sources:
-        dist = _dijkstra(source, out_ptr, out_links, link_dst, weight)
+        dist = graph.from_nodes((source,))
         targets = np.fromiter(pairs[source], np.int64)
         if len(targets):
             reached = dist[targets]
             farthest = max(farthest, float(np.where(np.isinf(reached), 0.0, reached).max()))
     return farthest
-
-
-@njit(cache=True)
-def _dijkstra(
-    source: int,
-    out_ptr: np.ndarray,
-    out_links: np.ndarray,
-    link_dst: np.ndarray,
-    weight: np.ndarray,
-) -> np.ndarray:
-    """Shortest times from ``source`` (inf where unreachable), compiled.
-
-    A binary heap of (distance, node), popped in the order Python's ``heapq``
-    pops such tuples, so the sums, and the bound, are bit for bit those of
-    the plain-Python Dijkstra this replaces.
-    """
-    n = out_ptr.shape[0] - 1
-    dist = np.full(n, np.inf)
-    dist[source] = 0.0
-    heap_d = np.empty(link_dst.shape[0] + 1)
-    heap_n = np.empty(link_dst.shape[0] + 1, np.int64)
-    size = 1
-    heap_d[0], heap_n[0] = 0.0, source
-    while size:
-        d, node = heap_d[0], heap_n[0]
-        size -= 1
-        last_d, last_n = heap_d[size], heap_n[size]
-        i = 0
-        while 2 * i + 1 < size:
-            c = 2 * i + 1
-            if c + 1 < size and (
-                heap_d[c + 1] < heap_d[c]
-                or (heap_d[c + 1] == heap_d[c] and heap_n[c + 1] < heap_n[c])
-            ):
-                c += 1
-            if last_d < heap_d[c] or (last_d == heap_d[c] and last_n <= heap_n[c]):
-                break
-            heap_d[i], heap_n[i] = heap_d[c], heap_n[c]
-            i = c
-        heap_d[i], heap_n[i] = last_d, last_n
-        if d > dist[node]:
-            continue
-        for j in range(out_ptr[node], out_ptr[node + 1]):
-            nxt = link_dst[out_links[j]]
-            nd = d + weight[out_links[j]]
-            if nd < dist[nxt]:
-                dist[nxt] = nd
-                k = size
-                size += 1
-                while k > 0:
-                    parent = (k - 1) >> 1
-                    if heap_d[parent] < nd or (heap_d[parent] == nd and heap_n[parent] <= nxt):
-                        break
-                    heap_d[k], heap_n[k] = heap_d[parent], heap_n[parent]
-                    k = parent
-                heap_d[k], heap_n[k] = nd, nxt
-    return dist

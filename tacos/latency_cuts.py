@@ -1,0 +1,168 @@
+"""A cut bound that counts chunk by chunk and knows how far the chunks come from.
+
+The throughput bound (:mod:`tacos.throughput`) divides the bytes that must cross
+a cut by its bandwidth: right for many chunks, far too low for few, because the
+first chunk reaches a cut only after crossing the network to it and the cut's
+links move whole chunks one at a time. This bound keeps both. For a set ``X``
+of nodes (a server, a pod, one rank) and chunks that must enter ``X``:
+
+* a chunk that has to reach a rank in ``X`` crosses some link ``e = u -> v``
+  into ``X`` on its way there; that transfer cannot start before the chunk can
+  be at ``u``, i.e. ``r_e`` = the shortest time from the nearest rank the chunk
+  may start at to ``u``, and from ``v`` the chunk still needs ``t_e`` = the
+  shortest time from ``v`` to a rank of ``X``;
+* a transfer carries one chunk, so these are ``K`` different transfers, and
+  ``e`` starts one every ``b_e`` at most (its busy time per chunk), each
+  taking ``d_e`` from start to arrival: the ``k``-th of them on ``e`` has the
+  chunk at a rank of ``X`` no sooner than ``r_e + (k - 1) b_e + d_e + t_e``.
+
+So the collective takes at least the smallest ``T`` by which the links into
+``X`` can have brought ``K`` chunks that way (:func:`earliest_to_move`).
+Chunks that must *leave* ``X`` are the same count on the links out of ``X``.
+What ``K`` and the starting ranks are, per collective:
+
+* All-Gather: into ``X``, the chunks of the ranks outside (they start there);
+  out of ``X``, the chunks of the ranks inside.
+* Reduce-Scatter: the All-Gather bound on the transposed topology (a
+  Reduce-Scatter run backwards in time over reversed links is an All-Gather,
+  with the same links busy for the same times).
+* All-Reduce: every chunk's result needs data from both sides of any cut with
+  ranks on both sides, so every chunk enters ``X`` and leaves it, starting
+  from the ranks on the far side.
+
+Which sets: the components of the links at least as fast as each bandwidth of
+the topology but the slowest (a server's NVLink domain, a server with its
+NICs, a pod), and single ranks; of each kind at most :data:`MAX_SETS`, spread
+evenly (any sets give a valid bound, more sets only a tighter one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tacos.collective import Collective, CollectiveKind
+from tacos.shortest_paths import LinkTimes
+from tacos.topology import Topology
+
+MAX_SETS = 64
+"""At most this many sets per bandwidth level, and this many single ranks."""
+
+
+def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
+    """The largest latency-aware cut bound over the chosen node sets, in us (0.0 when it
+    does not apply: rooted collectives and All-to-All)."""
+    kind = collective.kind
+    if kind is CollectiveKind.REDUCE_SCATTER:
+        topology = topology.transposed()
+    elif kind not in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_REDUCE):
+        return 0.0
+    ranks = np.zeros(topology.num_nodes, bool)
+    ranks[list(collective.ranks)] = True
+    duration = np.asarray(topology.link_times_us(collective.chunk_bytes))
+    busy = np.asarray(topology.link_busy_times_us(collective.chunk_bytes))
+    forward = LinkTimes(topology, duration)
+    backward = LinkTimes(topology, duration, backwards=True)
+    src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
+    dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
+
+    def entering(inside: np.ndarray) -> float:
+        """When the chunks that must enter ``inside`` can have reached its ranks."""
+        outside_ranks = ranks & ~inside
+        if kind is CollectiveKind.ALL_REDUCE:
+            count = collective.num_chunks
+        else:
+            count = collective.chunks_per_rank * int(outside_ranks.sum())
+        into = ~inside[src] & inside[dst]
+        ready = forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
+        onward = backward.from_nodes(np.flatnonzero(ranks & inside))[dst[into]]
+        first = ready + duration[into] + onward
+        return earliest_to_move(first.tolist(), busy[into].tolist(), count)
+
+    bound = 0.0
+    for inside in _node_sets(topology, ranks):
+        if ranks[inside].any() and (ranks & ~inside).any():
+            bound = max(bound, entering(inside), entering(~inside))
+    return bound
+
+
+def earliest_to_move(first_us: Sequence[float], step_us: Sequence[float], count: int) -> float:
+    """Smallest ``T`` by which links can have moved ``count`` chunks, link ``i`` moving its
+    ``k``-th at ``first_us[i] + (k - 1) step_us[i]`` at the soonest (inf if none can).
+
+    >>> earliest_to_move([5.0, 1.0], [2.0, 3.0], 4)  # 1, 4, 5, 7
+    7.0
+    """
+    if count <= 0:
+        return 0.0
+    links = [(a, b) for a, b in zip(first_us, step_us, strict=True) if math.isfinite(a)]
+    if not links:
+        return math.inf
+
+    def moved(horizon: float) -> int:
+        whole = (math.floor((horizon - a) / b * (1 + 1e-12)) + 1 for a, b in links if horizon >= a)
+        return sum(whole)
+
+    high = min(a + (count - 1) * b for a, b in links)
+    high = bisect_horizon(moved, count, high)
+    # The answer is some link's k-th chunk: the latest such time not above `high`.
+    return max(a + math.floor((high - a) / b * (1 + 1e-12)) * b for a, b in links if high >= a)
+
+
+def bisect_horizon(moved: Callable[[float], int], count: int, high: float) -> float:
+    """A time within rounding of the smallest ``T <= high`` with ``moved(T) >= count``
+    (``moved`` grows with ``T``; ``moved(high) >= count``)."""
+    low = 0.0
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        if moved(middle) >= count:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _node_sets(topology: Topology, ranks: np.ndarray) -> list[np.ndarray]:
+    """The sets to cut around, as node masks: fast-link components per bandwidth level
+    (all but the slowest) and single ranks, at most ``MAX_SETS`` of each, evenly spread."""
+    sets: list[np.ndarray] = []
+    levels = sorted({link.bandwidth_GBps for link in topology.links}, reverse=True)[:-1]
+    for threshold in levels:
+        root = _components(topology, threshold)
+        for group in _spread(np.unique(root[ranks]).tolist()):
+            sets.append(root == group)
+    for rank in _spread(np.flatnonzero(ranks).tolist()):
+        single = np.zeros(topology.num_nodes, bool)
+        single[rank] = True
+        sets.append(single)
+    return sets
+
+
+def _spread(items: Sequence[int]) -> list[int]:
+    """At most ``MAX_SETS`` of ``items``, evenly spaced, first and last included."""
+    if len(items) <= MAX_SETS:
+        return list(items)
+    step = (len(items) - 1) / (MAX_SETS - 1)
+    return sorted({items[round(i * step)] for i in range(MAX_SETS)})
+
+
+def _components(topology: Topology, threshold: float) -> np.ndarray:
+    """Per node, the smallest node id of its component over links of at least ``threshold``."""
+    parent = list(range(topology.num_nodes))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for link in topology.links:
+        if link.bandwidth_GBps >= threshold:
+            a, b = find(link.src), find(link.dst)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return np.fromiter((find(x) for x in range(topology.num_nodes)), np.int64, topology.num_nodes)

@@ -1,0 +1,94 @@
+"""The latency-aware cut bound: hand-checked values, its counting, and that no schedule beats it."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from random_networks import random_topologies
+
+import tacos
+from tacos.collective import Collective, CollectiveKind
+from tacos.latency_cuts import earliest_to_move, latency_cut_bound_us
+from tacos.linkmodel import CostModel
+from tacos.shortest_paths import LinkTimes
+
+AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
+
+
+def test_one_chunk_per_gpu_on_a_dgx_cluster_waits_for_the_nics():
+    # dgx:4x8, 1 MiB per GPU: a server's 8 NICs must bring in 24 chunks, 3 each. The
+    # first can leave a GPU of another server at 0, crosses its PCIe link (15.26 us
+    # + 0.25) and NIC link (19.53 + 1) to the leaf, then the leaf -> NIC link
+    # (20.53) and the NIC -> GPU link (15.51): 72.08 us; each NIC link then takes
+    # 20.53 us per further chunk: 72.08 + 2 x 20.53 = 113.14 us. The farthest pair
+    # alone (the old best bound) is 77.46 us.
+    topo = tacos.load_topology("dgx:4x8")
+    bounds = tacos.lower_bounds(topo, Collective(AG, tuple(topo.npus), 1, 2**20))
+    pcie = 2**20 / (64 * 2**30) * 1e6 + 0.25
+    nic = 2**20 / (50 * 2**30) * 1e6 + 1
+    assert bounds.latency_cut_us == pytest.approx(2 * pcie + 4 * nic)
+    assert bounds.best_us == bounds.latency_cut_us
+    assert bounds.diameter_us == pytest.approx(77.46, abs=0.01)
+
+
+def test_reduce_scatter_is_all_gather_on_the_transposed_network():
+    topo = tacos.Topology(
+        3, (tacos.Link(0, 1, 100, 1), tacos.Link(1, 2, 25, 1), tacos.Link(2, 0, 50, 3)), name="tri"
+    )
+    rs = latency_cut_bound_us(topo, Collective(RS, (0, 1, 2), 3, 2**20))
+    ag = latency_cut_bound_us(topo.transposed(), Collective(AG, (0, 1, 2), 3, 2**20))
+    assert rs == ag > 0
+
+
+def test_rooted_collectives_and_all_to_all_get_no_such_bound():
+    topo = tacos.from_spec("ring:4")
+    for kind in (CollectiveKind.BROADCAST, CollectiveKind.ALL_TO_ALL):
+        assert latency_cut_bound_us(topo, Collective(kind, (0, 1, 2, 3))) == 0.0
+
+
+def test_earliest_to_move_matches_counting_every_arrival():
+    first, step = [5.0, 1.0, 2.5, math.inf], [2.0, 3.0, 0.7, 1.0]
+    finite = zip(first[:3], step[:3], strict=True)
+    arrivals = sorted(a + k * b for a, b in finite for k in range(60))
+    for count in range(1, 60):
+        assert earliest_to_move(first, step, count) == pytest.approx(arrivals[count - 1])
+    assert earliest_to_move(first, step, 0) == 0.0
+    assert earliest_to_move([math.inf], [1.0], 1) == math.inf
+
+
+def test_shortest_times_from_several_nodes_are_the_least_over_each():
+    topo = tacos.load_topology("dgx:2x4")
+    graph = LinkTimes(topo, topo.link_times_us(2**20))
+    together = graph.from_nodes([0, 5, 6])
+    apart = np.minimum.reduce([graph.from_nodes([s]) for s in (0, 5, 6)])
+    assert np.array_equal(together, apart)
+
+
+@st.composite
+def clusters(draw):
+    """Small switched clusters with drawn sizes, speeds and link model."""
+    nodes, gpus = draw(st.integers(2, 3)), draw(st.sampled_from([2, 4]))
+    kind = draw(st.sampled_from(["dgx", "xgmi"]))
+    fast = draw(st.sampled_from([50, 100, 400]))
+    nic = draw(st.sampled_from([12.5, 25, 50]))
+    inside = "nvlink" if kind == "dgx" else "xgmi"
+    topo = tacos.load_topology(f"{kind}:{nodes}x{gpus},{inside}={fast},nic={nic}")
+    return topo.with_cost(CostModel(draw(st.sampled_from(["paper", "pipelined"]))))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(clusters(), random_topologies(switch=True)),
+    st.sampled_from([AG, RS, AR]),
+    st.integers(1, 3),
+    st.sampled_from([4096, 2**20]),
+)
+def test_no_schedule_beats_it(topo, kind, chunks, size):
+    # TACOS and every classic algorithm (``best`` builds them all when none meets the bound).
+    spec = Collective(kind, tuple(topo.npus), chunks, size)
+    bound = latency_cut_bound_us(topo, spec)
+    schedule = tacos.synthesize(topo, spec, algorithm="best")
+    times = [schedule.collective_time_us, *schedule.meta.get("candidates_us", {}).values()]
+    assert min(times) >= bound * (1 - 1e-9)
