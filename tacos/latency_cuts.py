@@ -132,7 +132,7 @@ def _node_sets(topology: Topology, ranks: np.ndarray) -> list[np.ndarray]:
     sets: list[np.ndarray] = []
     levels = sorted({link.bandwidth_GBps for link in topology.links}, reverse=True)[:-1]
     for threshold in levels:
-        root = _components(topology, threshold)
+        root = np.asarray(topology.components_over(threshold))
         for group in _spread(np.unique(root[ranks]).tolist()):
             sets.append(root == group)
     for rank in _spread(np.flatnonzero(ranks).tolist()):
@@ -148,21 +148,3 @@ def _spread(items: Sequence[int]) -> list[int]:
         return list(items)
     step = (len(items) - 1) / (MAX_SETS - 1)
     return sorted({items[round(i * step)] for i in range(MAX_SETS)})
-
-
-def _components(topology: Topology, threshold: float) -> np.ndarray:
-    """Per node, the smallest node id of its component over links of at least ``threshold``."""
-    parent = list(range(topology.num_nodes))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for link in topology.links:
-        if link.bandwidth_GBps >= threshold:
-            a, b = find(link.src), find(link.dst)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    return np.fromiter((find(x) for x in range(topology.num_nodes)), np.int64, topology.num_nodes)

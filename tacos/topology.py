@@ -211,6 +211,24 @@ class Topology:
             self.num_npus, reversed_links, self.num_switches, self.name + "^T", cost=self.cost
         )
 
+    def components_over(self, min_bandwidth_GBps: float) -> list[int]:
+        """Per node, the least node id it is joined to by links of at least that bandwidth
+        (either way): the servers, pods or racks that the fast links make."""
+        parent = list(range(self.num_nodes))
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for link in self.links:
+            if link.bandwidth_GBps >= min_bandwidth_GBps:
+                a, b = find(link.src), find(link.dst)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+        return [find(x) for x in range(self.num_nodes)]
+
     def members_only(self, members: Sequence[int]) -> Topology:
         """The network as a collective of ``members`` alone sees it: ``members[i]`` is NPU
         ``i``, and every other NPU only forwards (a switch, after the existing ones).

@@ -310,20 +310,8 @@ def _usable(groups: list[list[int]], count: int) -> bool:
 
 
 def _components(topology: Topology, ranks: Sequence[int], threshold: float) -> list[list[int]]:
-    parent = list(range(topology.num_nodes))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for link in topology.links:
-        if link.bandwidth_GBps >= threshold:
-            a, b = find(link.src), find(link.dst)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+    root = topology.components_over(threshold)
     groups: dict[int, list[int]] = {}
     for rank in ranks:
-        groups.setdefault(find(rank), []).append(rank)
+        groups.setdefault(root[rank], []).append(rank)
     return sorted(groups.values())
