@@ -128,18 +128,20 @@ def bisect_horizon(moved: Callable[[float], int], count: int, high: float) -> fl
 
 def _node_sets(topology: Topology, ranks: np.ndarray) -> list[np.ndarray]:
     """The sets to cut around, as node masks: fast-link components per bandwidth level
-    (all but the slowest) and single ranks, at most ``MAX_SETS`` of each, evenly spread."""
-    sets: list[np.ndarray] = []
+    (all but the slowest) and single ranks, at most ``MAX_SETS`` of each, evenly spread.
+    A set that two levels (or a level and a single rank) both give is listed once."""
+    sets: dict[bytes, np.ndarray] = {}
     levels = sorted({link.bandwidth_GBps for link in topology.links}, reverse=True)[:-1]
     for threshold in levels:
         root = np.asarray(topology.components_over(threshold))
         for group in _spread(np.unique(root[ranks]).tolist()):
-            sets.append(root == group)
+            mask = root == group
+            sets.setdefault(mask.tobytes(), mask)
     for rank in _spread(np.flatnonzero(ranks).tolist()):
         single = np.zeros(topology.num_nodes, bool)
         single[rank] = True
-        sets.append(single)
-    return sets
+        sets.setdefault(single.tobytes(), single)
+    return list(sets.values())
 
 
 def _spread(items: Sequence[int]) -> list[int]:

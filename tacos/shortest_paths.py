@@ -26,7 +26,6 @@ class LinkTimes:
         self, topology: Topology, times_us: Sequence[float] | np.ndarray, *, backwards: bool = False
     ):
         incidence = topology.in_links if backwards else topology.out_links
-        self.num_nodes = topology.num_nodes
         self._ptr = np.zeros(topology.num_nodes + 1, np.int64)
         np.cumsum([len(ids) for ids in incidence], out=self._ptr[1:])
         self._links = np.fromiter((i for ids in incidence for i in ids), np.int64, len(times_us))
