@@ -56,17 +56,14 @@ import weakref
 from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
 
 import numpy as np
 from numba import njit
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.topology import GIB, Topology
-
-Direction = Literal["out", "in"]
-"""``out``: cuts count links leaving ``S`` (data spreads); ``in``: links entering (reductions)."""
+from tacos.gossip_bound import gossip_bound_us
+from tacos.topology import GIB, Direction, Topology
 
 _MAX_FLOW_VALUE = 2**60
 """Largest flow the int64 arithmetic may meet (``2 N sum(b)`` must stay below it)."""
@@ -104,8 +101,8 @@ def throughput_bound_us(topology: Topology, collective: Collective) -> float:
     * All-Reduce: every chunk's result depends on every rank, so each chunk
       crosses every cut with ranks on both sides at least once each way: the
       whole buffer over the smallest such cut, ``M / min_S B+(S)``; and, when
-      every NPU is a rank, at least the NPU ports' share of ``2 (N - 1)``
-      messages per chunk (:func:`all_reduce_port_bound_us`). (Both are valid
+      every NPU is a rank, at least the ports' share of ``2 (N - 1)`` messages
+      per chunk among ``N`` NPUs or servers (:mod:`tacos.gossip_bound`). (Both are valid
       for any schedule; :func:`rs_plus_ag_us` is often larger but holds only for
       schedules that finish reducing before they gather, see there.)
     * Broadcast: the root's buffer over the smallest cut from the root to a rank
@@ -131,66 +128,13 @@ def throughput_bound_us(topology: Topology, collective: Collective) -> float:
     whole = collective.num_chunks * collective.chunk_bytes
     if kind is CollectiveKind.ALL_REDUCE:
         cut_us = _time_us(whole, min_cut(topology, ranks, None, "out"))
-        return max(cut_us, all_reduce_port_bound_us(topology, collective))
+        return max(cut_us, gossip_bound_us(topology, collective))
     assert root is not None
     if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
         direction: Direction = "out" if kind is CollectiveKind.BROADCAST else "in"
         return _time_us(whole, min_cut(topology, ranks, root, direction))
     direction = "out" if kind is CollectiveKind.GATHER else "in"
     return _time_us(per_rank, share_rate(topology, ranks, direction, sink=root))
-
-
-def all_reduce_port_bound_us(topology: Topology, collective: Collective) -> float:
-    """All-Reduce over every NPU: ``2 (N - 1)`` messages per chunk through NPU ports, in us.
-
-    Switches only forward, so an All-Reduce of one chunk is one-way gossip
-    among the ``N`` NPUs (a message carries at most what its sender knows),
-    which takes at least ``2 N - 2`` messages. Each message leaves one NPU and
-    enters another, so the whole collective moves ``2 (N - 1) M`` bytes (``M``
-    the buffer) into NPUs and as many out of them, over the NPUs' port
-    capacity (:func:`npu_port_capacity_GBps`). On a switched cluster this is
-    about twice the cut bound: each GPU must take in and give out about two
-    buffers, which the cut through its own links does not see.
-
-    With ranks that are a subset of the NPUs the other NPUs could collect and
-    redistribute, so no such count holds: the bound is then 0.
-    """
-    if collective.kind is not CollectiveKind.ALL_REDUCE:
-        raise TacosError(f"all_reduce_port_bound_us is for all-reduce, not {collective.kind}")
-    if sorted(collective.ranks) != list(topology.npus) or collective.num_ranks < 2:
-        return 0.0
-    moved_bytes = 2 * (collective.num_ranks - 1) * collective.num_chunks * collective.chunk_bytes
-    capacity_GBps = min(
-        sum(npu_port_capacity_GBps(topology, npu, direction) for npu in topology.npus)
-        for direction in ("in", "out")
-    )
-    return float(moved_bytes * 1_000_000 / (capacity_GBps * GIB))
-
-
-def npu_port_capacity_GBps(topology: Topology, npu: int, direction: Direction) -> float:
-    """How fast other NPUs can reach ``npu`` (``"in"``) or it them (``"out"``), in GB/s.
-
-    The sum of its links' bandwidths, except that a link to or from a switch
-    carries no more than that switch exchanges with nodes other than ``npu``
-    (a GPU's NIC link is limited by the NIC's own network link).
-    """
-    incidence = topology.in_links if direction == "in" else topology.out_links
-
-    def far_end(link_id: int) -> int:
-        link = topology.links[link_id]
-        return link.src if direction == "in" else link.dst
-
-    total = 0.0
-    for link_id in incidence[npu]:
-        bandwidth = topology.links[link_id].bandwidth_GBps
-        other = far_end(link_id)
-        if topology.is_switch(other):
-            beyond = sum(
-                topology.links[i].bandwidth_GBps for i in incidence[other] if far_end(i) != npu
-            )
-            bandwidth = min(bandwidth, beyond)
-        total += bandwidth
-    return total
 
 
 def rs_plus_ag_us(topology: Topology, collective: Collective) -> float:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -41,6 +41,8 @@ from tacos.limits import MAX_LINK_TIME_US, MAX_LINKS, MAX_NODES, check_count
 from tacos.linkmodel import CostModel
 
 GIB = 2**30
+Direction = Literal["out", "in"]
+"""Of links and a node set: ``out`` counts links leaving it (data spreads), ``in`` entering."""
 DEFAULT_BANDWIDTH_GBPS = 50.0
 DEFAULT_LATENCY_US = 0.5
 TOPOLOGY_FORMAT = "tacos-topology"

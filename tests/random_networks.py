@@ -4,12 +4,15 @@
 a directed cycle through a random permutation of the NPUs (so every NPU reaches
 every other) plus random extra links, each with its own bandwidth and latency;
 with ``switch=True``, sometimes one switch cabled to a random set of NPUs.
+``clusters`` draws small DGX- or MI250-like clusters of servers.
 """
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
+import tacos
+from tacos.linkmodel import CostModel
 from tacos.topology import Link, Topology
 
 bandwidths = st.sampled_from([12.5, 25.0, 50.0, 100.0, 300.0])
@@ -29,3 +32,15 @@ def random_topologies(draw, *, extra_links_per_npu: int = 3, switch: bool = Fals
         for u in draw(st.sets(st.integers(0, n - 1), min_size=1)):
             links += [Link(u, n, draw(bandwidths), 0.5), Link(n, u, draw(bandwidths), 0.5)]
     return Topology(n, tuple(links), switches, name="random")
+
+
+@st.composite
+def clusters(draw, *, max_servers: int = 3):
+    """Small switched clusters with drawn sizes, speeds and link model."""
+    nodes, gpus = draw(st.integers(2, max_servers)), draw(st.sampled_from([2, 4]))
+    kind = draw(st.sampled_from(["dgx", "xgmi"]))
+    fast = draw(st.sampled_from([50, 100, 400]))
+    nic = draw(st.sampled_from([12.5, 25, 50]))
+    inside = "nvlink" if kind == "dgx" else "xgmi"
+    topo = tacos.load_topology(f"{kind}:{nodes}x{gpus},{inside}={fast},nic={nic}")
+    return topo.with_cost(CostModel(draw(st.sampled_from(["paper", "pipelined"]))))

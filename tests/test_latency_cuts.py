@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from random_networks import random_topologies
+from random_networks import clusters, random_topologies
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.latency_cuts import earliest_to_move, latency_cut_bound_us
-from tacos.linkmodel import CostModel
 from tacos.shortest_paths import LinkTimes
 
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
@@ -64,18 +63,6 @@ def test_shortest_times_from_several_nodes_are_the_least_over_each():
     together = graph.from_nodes([0, 5, 6])
     apart = np.minimum.reduce([graph.from_nodes([s]) for s in (0, 5, 6)])
     assert np.array_equal(together, apart)
-
-
-@st.composite
-def clusters(draw):
-    """Small switched clusters with drawn sizes, speeds and link model."""
-    nodes, gpus = draw(st.integers(2, 3)), draw(st.sampled_from([2, 4]))
-    kind = draw(st.sampled_from(["dgx", "xgmi"]))
-    fast = draw(st.sampled_from([50, 100, 400]))
-    nic = draw(st.sampled_from([12.5, 25, 50]))
-    inside = "nvlink" if kind == "dgx" else "xgmi"
-    topo = tacos.load_topology(f"{kind}:{nodes}x{gpus},{inside}={fast},nic={nic}")
-    return topo.with_cost(CostModel(draw(st.sampled_from(["paper", "pipelined"]))))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,7 @@ import tacos
 from tacos import throughput
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.throughput import all_reduce_port_bound_us, npu_port_capacity_GBps
+from tacos.gossip_bound import OUTSIDE, gossip_bound_us, partitions, port_capacity_GBps
 from tacos.topology import Link, Topology
 
 MIB = 2**20
@@ -122,25 +122,41 @@ def test_all_reduce_reports_reduce_scatter_plus_all_gather_beside_its_cut_bound(
     ring = tacos.from_spec("ring:4")
     found = tacos.lower_bounds(ring, spec(AR, ring))
     assert found.rs_plus_ag_us == found.throughput_us == 58.59375
-    assert all_reduce_port_bound_us(ring, spec(AR, ring)) == 58.59375
+    assert gossip_bound_us(ring, spec(AR, ring)) == 58.59375
 
 
 def test_all_reduce_moves_two_buffers_through_every_npu_port_of_a_switched_cluster():
     # dgx:4x8: a GPU takes in 400 GB/s from its NVSwitch and, through its 64 GB/s
     # PCIe link, what its NIC gets from the leaf: 50 GB/s. 2 x 31 messages per chunk,
     # 32 chunks: 1984 MiB over 32 x 450 GB/s. The best cut (a server's 8 NICs) sees
-    # only 32 MiB over 400 GB/s.
+    # only 32 MiB over 400 GB/s; the 4 servers as gossipers 2 x 3 x 32 MiB over
+    # 4 x 400 GB/s.
     cluster = tacos.from_spec("dgx:4x8")
-    assert npu_port_capacity_GBps(cluster, 0, "in") == npu_port_capacity_GBps(cluster, 0, "out")
-    assert npu_port_capacity_GBps(cluster, 0, "in") == 450
+    single_gpus = next(partitions(cluster))
+    assert single_gpus[:32] == list(range(32)) and set(single_gpus[32:]) == {OUTSIDE}
+    for direction in ("in", "out"):
+        assert port_capacity_GBps(cluster, single_gpus, direction) == 32 * 450
     collective = spec(AR, cluster)
-    assert all_reduce_port_bound_us(cluster, collective) == 1984 * US_PER_MIB_PER_GBPS / 14400
+    assert gossip_bound_us(cluster, collective) == 1984 * US_PER_MIB_PER_GBPS / 14400
     assert tacos.lower_bounds(cluster, collective).throughput_us == pytest.approx(
         1984 * US_PER_MIB_PER_GBPS / 14400
     )
     # A subset of ranks: the other GPUs could gather and redistribute, no count holds.
     subset = Collective(AR, tuple(cluster.npus)[:8], 1, 2**20)
-    assert all_reduce_port_bound_us(cluster, subset) == 0.0
+    assert gossip_bound_us(cluster, subset) == 0.0
+
+
+def test_all_reduce_moves_two_buffers_between_the_servers_of_a_large_cluster():
+    # dgx:16x8: 16 servers gossip: 2 x 15 x 128 MiB through 16 x 8 NICs of 50 GB/s,
+    # above the single GPUs' 2 x 127 x 128 MiB over 128 x 450 GB/s.
+    cluster = tacos.from_spec("dgx:16x8")
+    servers = [p for p in partitions(cluster) if len({g for g in p if g != OUTSIDE}) == 16]
+    assert servers
+    for direction in ("in", "out"):
+        assert port_capacity_GBps(cluster, servers[0], direction) == 16 * 8 * 50
+    found = tacos.lower_bounds(cluster, spec(AR, cluster))
+    assert found.throughput_us == 2 * 15 * 128 * US_PER_MIB_PER_GBPS / 6400
+    assert found.throughput_us > 2 * 127 * 128 * US_PER_MIB_PER_GBPS / (128 * 450)
 
 
 def test_tacos_all_reduce_overlaps_its_halves_so_rs_plus_ag_is_no_bound_for_it():
@@ -191,10 +207,13 @@ def test_a_512_gpu_rail_cluster_is_bounded_exactly_in_well_under_a_second():
     )
     assert found[AG].throughput_us == found[RS].throughput_us == 1230.46875
     assert found[AG].ingress_us < found[AG].throughput_us <= found[AG].best_us
-    # All-Reduce: the server cut (512 MiB over 400 GB/s) is looser than the ports:
-    # 2 x 511 messages per chunk, 512 chunks, over 512 GPUs x (400 + 50) GB/s.
-    assert all_reduce_port_bound_us(topo, spec(AR, topo)) > 512 * US_PER_MIB_PER_GBPS / 400
-    assert found[AR].throughput_us == pytest.approx(2 * 511 * US_PER_MIB_PER_GBPS / 450)
+    # All-Reduce: the server cut (512 MiB over 400 GB/s) and the single GPUs' ports
+    # (2 x 511 messages per chunk, 512 chunks, over 512 GPUs x (400 + 50) GB/s) are
+    # looser than the 64 servers' NICs: 2 x 63 x 512 MiB over 64 x 400 GB/s, twice
+    # the All-Gather's bound.
+    assert found[AR].throughput_us > 2 * 511 * US_PER_MIB_PER_GBPS / 450
+    assert found[AR].throughput_us == 2 * 63 * 8 * US_PER_MIB_PER_GBPS / 400
+    assert found[AR].throughput_us == 2 * found[AG].throughput_us
     assert elapsed < 5  # measured: about 0.1 s, with the other bounds
 
 
