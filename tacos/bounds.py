@@ -31,7 +31,9 @@ count those):
 * ``latency_cut``: cuts counted chunk by chunk, each chunk no sooner at a
   cut's link than it can travel there (:mod:`tacos.latency_cuts`): with few
   chunks per NPU, a cluster's NICs cannot start before the first chunks
-  reach them, and move whole chunks one at a time.
+  reach them, and move whole chunks one at a time. For All-Reduce it also
+  counts the gossip messages between servers (:mod:`tacos.gossip_bound`) that
+  way.
 
 The counts come from the collective's own pre- and postcondition
 (:meth:`tacos.collective.Collective.initial_data` and ``final_data``).

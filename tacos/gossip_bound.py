@@ -56,7 +56,7 @@ def gossip_bound_us(topology: Topology, collective: Collective) -> float:
     """
     if collective.kind is not CollectiveKind.ALL_REDUCE:
         raise TacosError(f"gossip_bound_us is for all-reduce, not {collective.kind}")
-    if sorted(collective.ranks) != list(topology.npus) or collective.num_ranks < 2:
+    if not gossips(topology, collective):
         return 0.0
     buffer_bytes = collective.num_chunks * collective.chunk_bytes
     best_us = 0.0
@@ -70,6 +70,15 @@ def gossip_bound_us(topology: Topology, collective: Collective) -> float:
         moved_bytes = 2 * (num_groups - 1) * buffer_bytes
         best_us = max(best_us, moved_bytes * 1_000_000 / (capacity_GBps * GIB))
     return best_us
+
+
+def gossips(topology: Topology, collective: Collective) -> bool:
+    """Whether the count holds: an All-Reduce over every NPU, of at least two."""
+    return (
+        collective.kind is CollectiveKind.ALL_REDUCE
+        and collective.num_ranks >= 2
+        and sorted(collective.ranks) == list(topology.npus)
+    )
 
 
 def partitions(topology: Topology) -> Iterator[list[int]]:

@@ -1,5 +1,7 @@
-"""The All-Reduce message-count (gossip) bound: no schedule beats it, whichever partition binds."""
+"""The All-Reduce message-count (gossip) bounds, without and with latency: hand-checked values,
+and no schedule beats them, whichever partition binds."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_networks import clusters, random_topologies
@@ -7,6 +9,7 @@ from random_networks import clusters, random_topologies
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.gossip_bound import OUTSIDE, gossip_bound_us, partitions
+from tacos.latency_cuts import gossip_latency_bound_us
 
 AR = CollectiveKind.ALL_REDUCE
 
@@ -20,6 +23,20 @@ def test_partitions_are_single_npus_then_each_bandwidth_levels_servers():
         assert all(g == OUTSIDE or g in p[: topo.num_npus] for g in p)
 
 
+def test_one_chunk_per_gpu_on_sixteen_servers_waits_for_thirty_messages_per_nic():
+    # dgx:16x8, 1 MiB per GPU: 2 x 15 messages per chunk enter the 16 servers over
+    # their 128 NIC links, 30 each. The first can leave a GPU at 0 and cross PCIe
+    # (15.26 us + 0.25), its NIC link (19.53 + 1), the leaf -> NIC link (20.53) and
+    # the NIC -> GPU link: 72.08 us; each NIC link then takes 20.53 us per message.
+    topo = tacos.load_topology("dgx:16x8")
+    spec = Collective(AR, tuple(topo.npus), 1, 2**20)
+    pcie = 2**20 / (64 * 2**30) * 1e6 + 0.25
+    nic = 2**20 / (50 * 2**30) * 1e6 + 1
+    assert gossip_latency_bound_us(topo, spec) == pytest.approx(2 * pcie + 2 * nic + 29 * nic)
+    assert tacos.lower_bounds(topo, spec).best_us == gossip_latency_bound_us(topo, spec)
+    assert gossip_latency_bound_us(topo, spec) > 1.1 * gossip_bound_us(topo, spec)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.one_of(clusters(max_servers=5), random_topologies(switch=True)),
@@ -29,7 +46,7 @@ def test_partitions_are_single_npus_then_each_bandwidth_levels_servers():
 def test_no_all_reduce_beats_it(topo, chunks, size):
     # TACOS and every classic algorithm (``best`` builds them all when none meets the bound).
     spec = Collective(AR, tuple(topo.npus), chunks, size)
-    bound = gossip_bound_us(topo, spec)
+    bound = max(gossip_bound_us(topo, spec), gossip_latency_bound_us(topo, spec))
     schedule = tacos.synthesize(topo, spec, algorithm="best")
     times = [schedule.collective_time_us, *schedule.meta.get("candidates_us", {}).values()]
     assert min(times) >= bound * (1 - 1e-9)
