@@ -60,10 +60,7 @@ def gossip_bound_us(topology: Topology, collective: Collective) -> float:
         return 0.0
     buffer_bytes = collective.num_chunks * collective.chunk_bytes
     best_us = 0.0
-    for group_of in partitions(topology):
-        num_groups = len({g for g in group_of if g != OUTSIDE})
-        if num_groups < 2:
-            continue
+    for group_of, num_groups in partitions(topology):
         capacity_GBps = min(
             port_capacity_GBps(topology, group_of, direction) for direction in ("in", "out")
         )
@@ -81,14 +78,18 @@ def gossips(topology: Topology, collective: Collective) -> bool:
     )
 
 
-def partitions(topology: Topology) -> Iterator[list[int]]:
-    """Per node, its group (or ``OUTSIDE``): single NPUs, then per bandwidth level the
-    components of links at least that fast that hold an NPU (switch-only ones are outside)."""
-    yield [node if node < topology.num_npus else OUTSIDE for node in range(topology.num_nodes)]
+def partitions(topology: Topology) -> Iterator[tuple[list[int], int]]:
+    """The partitions of two groups or more, each as every node's group (or ``OUTSIDE``)
+    and the number of groups: single NPUs, then per bandwidth level the components of
+    links at least that fast that hold an NPU (switch-only ones are outside)."""
+    if topology.num_npus >= 2:
+        npus_alone = range(topology.num_npus)
+        yield [*npus_alone, *[OUTSIDE] * topology.num_switches], topology.num_npus
     for bandwidth in sorted({link.bandwidth_GBps for link in topology.links}):
         root = topology.components_over(bandwidth)
         with_npu = {root[npu] for npu in topology.npus}
-        yield [r if r in with_npu else OUTSIDE for r in root]
+        if len(with_npu) >= 2:
+            yield [r if r in with_npu else OUTSIDE for r in root], len(with_npu)
 
 
 def port_capacity_GBps(topology: Topology, group_of: Sequence[int], direction: Direction) -> float:

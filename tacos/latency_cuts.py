@@ -74,12 +74,8 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         return 0.0
     ranks = np.zeros(topology.num_nodes, bool)
     ranks[list(collective.ranks)] = True
-    duration = np.asarray(topology.link_times_us(collective.chunk_bytes))
-    busy = np.asarray(topology.link_busy_times_us(collective.chunk_bytes))
-    forward = LinkTimes(topology, duration)
-    backward = LinkTimes(topology, duration, backwards=True)
-    src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
-    dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
+    timed = _TimedLinks(topology, collective.chunk_bytes)
+    src, dst = timed.src, timed.dst
 
     def entering(inside: np.ndarray) -> float:
         """When the chunks that must enter ``inside`` can have reached its ranks."""
@@ -89,42 +85,57 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         else:
             count = collective.chunks_per_rank * int(outside_ranks.sum())
         into = ~inside[src] & inside[dst]
-        ready = forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
-        onward = backward.from_nodes(np.flatnonzero(ranks & inside))[dst[into]]
-        first = ready + duration[into] + onward
-        return earliest_to_move(first.tolist(), busy[into].tolist(), count)
+        ready = timed.forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
+        onward = timed.backward.from_nodes(np.flatnonzero(ranks & inside))[dst[into]]
+        first = ready + timed.duration[into] + onward
+        return earliest_to_move(first, timed.busy[into], count)
 
     bound = 0.0
     for inside in _node_sets(topology, ranks):
         if ranks[inside].any() and (ranks & ~inside).any():
             bound = max(bound, entering(inside), entering(~inside))
-    if kind is CollectiveKind.ALL_REDUCE and gossips(topology, collective):
-        bound = max(bound, gossip_latency_bound_us(topology, collective))
+    if gossips(topology, collective):
+        bound = max(bound, _gossip_latency_us(topology, timed, collective.num_chunks))
     return bound
 
 
 def gossip_latency_bound_us(topology: Topology, collective: Collective) -> float:
     """The All-Reduce's messages between groups, counted on the links into (and out of)
-    the groups of each partition with their lead-in times (module docs), in us."""
-    duration = np.asarray(topology.link_times_us(collective.chunk_bytes))
-    busy = np.asarray(topology.link_busy_times_us(collective.chunk_bytes))
+    the groups of each partition with their lead-in times (module docs), in us (0.0 when
+    the count does not hold, see :func:`~tacos.gossip_bound.gossips`)."""
+    if not gossips(topology, collective):
+        return 0.0
+    timed = _TimedLinks(topology, collective.chunk_bytes)
+    return _gossip_latency_us(topology, timed, collective.num_chunks)
+
+
+class _TimedLinks:
+    """A topology's links as arrays, with one chunk's time on each: what the cuts count on."""
+
+    def __init__(self, topology: Topology, chunk_bytes: int) -> None:
+        self.duration = np.asarray(topology.link_times_us(chunk_bytes))
+        self.busy = np.asarray(topology.link_busy_times_us(chunk_bytes))
+        self.forward = LinkTimes(topology, self.duration)
+        self.backward = LinkTimes(topology, self.duration, backwards=True)
+        links = topology.links
+        self.src = np.fromiter((lk.src for lk in links), np.int64, len(links))
+        self.dst = np.fromiter((lk.dst for lk in links), np.int64, len(links))
+
+
+def _gossip_latency_us(topology: Topology, timed: _TimedLinks, num_chunks: int) -> float:
+    """:func:`gossip_latency_bound_us` on links already timed."""
     npus = range(topology.num_npus)
-    ready = LinkTimes(topology, duration).from_nodes(npus)
-    onward = LinkTimes(topology, duration, backwards=True).from_nodes(npus)
-    src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
-    dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
-    first = ready[src] + duration + onward[dst]
+    ready, onward = timed.forward.from_nodes(npus), timed.backward.from_nodes(npus)
+    src, dst = timed.src, timed.dst
+    first = ready[src] + timed.duration + onward[dst]
     bound = 0.0
-    for partition in partitions(topology):
+    for partition, num_groups in partitions(topology):
         group_of = np.asarray(partition)
-        num_groups = len(np.unique(group_of[group_of != OUTSIDE]))
-        if num_groups < 2:
-            continue
-        count = 2 * (num_groups - 1) * collective.num_chunks
+        count = 2 * (num_groups - 1) * num_chunks
         crossing = group_of[src] != group_of[dst]
         for side in (dst, src):  # into a group, out of one
             links = crossing & (group_of[side] != OUTSIDE)
-            bound = max(bound, earliest_to_move(first[links], busy[links], count))
+            bound = max(bound, earliest_to_move(first[links], timed.busy[links], count))
     return bound
 
 
