@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter
 
+import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
+from tacos.synthesizer.greedy import match_destinations
 from tacos.synthesizer.routes import Fabric
 from tacos.topology import Topology, from_spec
 
@@ -64,3 +69,20 @@ def test_switched_all_gather_is_near_the_throughput_bound_with_enough_chunks():
     schedule = all_gather(topology, 8)
     bound = tacos.lower_bounds(topology, schedule.collective).throughput_us
     assert schedule.collective_time_us <= 1.3 * bound
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 7), max_size=5).map(lambda d: sorted(set(d))), max_size=9),
+    st.integers(0, 2**16),
+)
+def test_the_uplinks_of_one_fabric_get_a_maximum_matching_to_their_destinations(tight, seed):
+    matched = match_destinations(tight, random.Random(seed))
+    assert all(dst in tight[uplink] for uplink, dst in matched.items())
+    assert len(set(matched.values())) == len(matched), "one uplink per destination"
+    graph = nx.Graph()
+    uplinks = [("uplink", i) for i in range(len(tight))]
+    graph.add_nodes_from(uplinks)
+    graph.add_edges_from((("uplink", i), ("npu", d)) for i, dsts in enumerate(tight) for d in dsts)
+    maximum = nx.bipartite.maximum_matching(graph, top_nodes=uplinks)
+    assert len(matched) == len(maximum) // 2

@@ -27,9 +27,11 @@ from tacos.synthesizer._kernels import (
     find_overtakes,
     heap_pop,
     heap_push,
+    heapsort,
     leave_to_rivals,
     lowest_bit,
     pick_chunk,
+    popcount,
     randbelow,
     sends_some,
     settle_overtakes,
@@ -344,6 +346,219 @@ def _cover_gain(
         entry = watch[entry, 0]
 
 
+@njit(cache=True, inline="always")
+def _soonest_takers(
+    link: int,
+    u: int,
+    now: float,
+    decision: int,
+    fabric: tuple,  # type: ignore[type-arg]
+    cover_tables: tuple,  # type: ignore[type-arg]
+    cover_members: np.ndarray,
+    watch: np.ndarray,
+    groups: tuple,  # type: ignore[type-arg]
+    holds: np.ndarray,
+    held: np.ndarray,
+    gained: np.ndarray,
+    none_since: np.ndarray,
+    free_at: np.ndarray,
+    scratch: tuple,  # type: ignore[type-arg]
+) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """The destinations the switch uplink ``link`` of NPU ``u`` brings a chunk to soonest.
+
+    They are left in ``dest_pos[:ties]`` (DAG positions, in the order the
+    groups list them) with their covers in ``dest_cover``; their arrivals and
+    paths are known for ``decision`` (in ``arrival``, ``came_link``,
+    ``came_pred``). Returns ``ties`` (0: none takes a chunk), the new
+    ``decision`` and the cover tables (grown when the link is first grouped).
+    """
+    (dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, dag_edge_ptr, dag_edge_link,
+     dag_edge_pred, dag_of_link, link_time, near_ptr, near_nodes, near_dist,
+     dest_base) = fabric  # fmt: skip
+    (key_cut, key_cover, num_keys, covers, cover_print, cover_ptr, cover_counts, taken,
+     watch_head, marked_node) = cover_tables  # fmt: skip
+    num_groups, group_cover, group_first, group_size, group_pos, group_of_cover, witness = groups
+    stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scratch
+    if none_since[link] == held[u]:
+        return 0, decision, watch, cover_members
+    dag = dag_of_link[link]
+    words = holds.shape[1]
+    num_dests = 0
+    base = dag_node_ptr[dag]
+    cache = dest_base[link]
+    if num_groups[link] < 0:
+        watch, cover_members = _group_by_cover(
+            link, dag, dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, link_time,
+            near_ptr, near_nodes, near_dist, key_cut, key_cover, num_keys, covers,
+            cover_print, cover_ptr, cover_members, cover_counts, taken, watch,
+            watch_head, marked_node, dest_base, num_groups, group_cover, group_first,
+            group_size, group_pos, group_of_cover, dest_cover,
+        )  # fmt: skip
+    # Every destination of a cover that lacks something u holds takes a chunk
+    # (the cover of u lacks nothing u holds: u is no destination of its own).
+    # The answer per (link, group) is remembered in witness[g]: a chunk that
+    # made it yes (still yes while the cover lacks it: u keeps what it holds),
+    # or -2 - held[u] when it was no (still no but for the chunks u gained
+    # since, gained[u, held:]: what a cover has only grows); -1 when not asked
+    # yet. Without it a link would scan every cover's bit set each time its
+    # NPU gains a chunk.
+    for g in range(cache, cache + num_groups[link]):
+        cover = group_cover[g]
+        known = witness[g]
+        bit = _ONE << np.uint64(known & 63)
+        takes = known >= 0 and not covers[cover, known >> 6] & bit
+        if not takes and known < -1:
+            for k in range(-2 - known, held[u]):
+                gain = gained[u, k]
+                if not covers[cover, gain >> 6] & (_ONE << np.uint64(gain & 63)):
+                    witness[g], takes = gain, True
+                    break
+        elif not takes:
+            for w in range(words):
+                lacking = holds[u, w] & ~covers[cover, w]
+                if lacking:
+                    witness[g], takes = w * 64 + lowest_bit(lacking), True
+                    break
+        if not takes:
+            witness[g] = -2 - held[u]
+        if takes:
+            for k in range(group_first[g], group_first[g] + group_size[g]):
+                dest_pos[num_dests] = group_pos[k]
+                dest_cover[num_dests] = cover
+                num_dests += 1
+    if not num_dests:
+        none_since[link] = held[u]
+        return 0, decision, watch, cover_members
+    # Earliest arrival over the statically shortest paths (Fabric.earliest).
+    decision += 1
+    arrival[0] = max(now, free_at[link]) + link_time[link]
+    came_pred[0] = -1
+    stamp[0] = decision
+    soonest, ties = np.inf, 0
+    for j in range(num_dests):
+        p = dest_pos[j]
+        _arrive(p, base, decision, stamp, arrival, came_link, came_pred, stack,
+                dag_edge_ptr, dag_edge_link, dag_edge_pred, free_at,
+                link_time)  # fmt: skip
+        if arrival[p] < soonest:
+            soonest, ties = arrival[p], 0
+        if arrival[p] == soonest:
+            dest_pos[ties], dest_cover[ties] = p, dest_cover[j]
+            ties += 1
+    return ties, decision, watch, cover_members
+
+
+# ---------------------------------------------------------------- matching a crossbar's uplinks
+@njit(cache=True, inline="always")
+def _lacking(holds: np.ndarray, u: int, covers: np.ndarray, cover: int) -> int:
+    """How many chunks NPU ``u`` holds that ``cover`` lacks (its destinations take one)."""
+    lacking = 0
+    for w in range(holds.shape[1]):
+        lacking += popcount(holds[u, w] & ~covers[cover, w])
+    return lacking
+
+
+@njit(cache=True)
+def match_destinations(
+    num_members: int,
+    member_link: np.ndarray,
+    member_by: np.ndarray,
+    tight_ptr: np.ndarray,
+    tight_node: np.ndarray,
+    tight_pos: np.ndarray,
+    tight_cover: np.ndarray,
+    link_src: np.ndarray,
+    holds: np.ndarray,
+    covers: np.ndarray,
+    owner: np.ndarray,
+    visited: np.ndarray,
+    visit: int,
+    search: np.ndarray,
+    work_link: np.ndarray,
+    work_pos: np.ndarray,
+    work_cover: np.ndarray,
+    work_by: np.ndarray,
+    matched: np.ndarray,
+    choices: np.ndarray,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> tuple[int, int]:
+    """The reference's ``match_uplinks``: which uplink sends where, and in which order.
+
+    Uplink ``j`` (``member_link[j]``) may go to the destinations
+    ``tight_node[tight_ptr[j]:tight_ptr[j + 1]]`` (ascending ids). Each takes
+    one nobody has taken at random, or else one along an augmenting path
+    (:func:`tacos.synthesizer.greedy._augment`). The work list is the matched
+    uplinks, fewest chunks for their destination first (then in member
+    order), with their destination's DAG position, its cover and when it
+    would get the chunk (``member_by``: later is too late), then the
+    unmatched uplinks that had destinations, with position -1. ``owner`` is
+    all -1 before and after; ``matched`` and ``choices`` are scratch. Returns
+    the work list's length and ``visit``.
+    """
+    for j in range(num_members):
+        lo, hi = tight_ptr[j], tight_ptr[j + 1]
+        free = 0
+        for k in range(lo, hi):
+            free += owner[tight_node[k]] < 0
+        if free:
+            r = randbelow(free, mt, counters) if free > 1 else 0
+            for k in range(lo, hi):
+                if owner[tight_node[k]] < 0:
+                    if r == 0:
+                        owner[tight_node[k]] = j
+                        break
+                    r -= 1
+        elif hi > lo:
+            visit += 1
+            top = 0
+            search[0, 0], search[0, 1] = j, lo  # an uplink, its next destination to try
+            while top >= 0:
+                at, k = search[top, 0], search[top, 1]
+                if k == tight_ptr[at + 1]:
+                    top -= 1
+                    continue
+                search[top, 1] = k + 1
+                dst = tight_node[k]
+                if visited[dst] == visit:
+                    continue
+                visited[dst] = visit
+                if owner[dst] >= 0:
+                    top += 1
+                    search[top, 0], search[top, 1] = owner[dst], tight_ptr[owner[dst]]
+                    continue
+                for t in range(top + 1):  # each uplink takes the destination it tried
+                    owner[tight_node[search[t, 1] - 1]] = search[t, 0]
+                break
+    for j in range(num_members):  # the position in tight_* of its destination
+        matched[j] = -1
+        for k in range(tight_ptr[j], tight_ptr[j + 1]):
+            if owner[tight_node[k]] == j:
+                matched[j] = k
+    num_matched = 0
+    for j in range(num_members):
+        k = matched[j]
+        if k >= 0:
+            options = _lacking(holds, link_src[member_link[j]], covers, tight_cover[k])
+            choices[num_matched] = options * num_members + j
+            num_matched += 1
+    num_work = 0
+    heapsort(choices, num_matched)
+    for m in range(num_matched):
+        j = choices[m] % num_members
+        k = matched[j]
+        work_link[num_work], work_pos[num_work] = member_link[j], tight_pos[k]
+        work_cover[num_work], work_by[num_work] = tight_cover[k], member_by[j]
+        num_work += 1
+    for j in range(num_members):
+        if matched[j] < 0 and tight_ptr[j + 1] > tight_ptr[j]:
+            work_link[num_work], work_pos[num_work] = member_link[j], -1
+            num_work += 1
+        for k in range(tight_ptr[j], tight_ptr[j + 1]):
+            owner[tight_node[k]] = -1
+    return num_work, visit
+
+
 # ---------------------------------------------------------------- the event loop
 @njit(cache=True)
 def run_fabric_spread(
@@ -374,6 +589,7 @@ def run_fabric_spread(
     dag_edge_pred: np.ndarray,
     dag_path_us: np.ndarray,
     dest_base: np.ndarray,
+    crossbar_of_link: np.ndarray,
     # the spread
     num_chunks: int,
     source_node: np.ndarray,
@@ -489,6 +705,34 @@ def run_fabric_spread(
     late = np.zeros(words, np.uint64)
     landed = np.empty(num_links, np.int64)
     dropped = 0
+    # matching the free uplinks into one crossbar (match_destinations)
+    crossbar_free = np.zeros(num_nodes, np.int64)  # its free uplinks now; -1: matched
+    member_link = np.empty(num_links, np.int64)
+    member_by = np.empty(num_links)  # when its soonest destinations get a chunk
+    tight_ptr = np.zeros(num_links + 1, np.int64)
+    tight_pos = np.empty(num_links, np.int64)
+    tight_cover = np.empty(num_links, np.int64)
+    tight_node = np.empty(num_links, np.int64)
+    owner = np.full(num_nodes, -1, np.int64)
+    visited = np.zeros(num_nodes, np.int64)
+    visit = 0
+    search = np.empty((num_links + 1, 2), np.int64)
+    work_link = np.empty(num_links, np.int64)
+    work_pos = np.empty(num_links, np.int64)
+    work_cover = np.empty(num_links, np.int64)
+    work_by = np.empty(num_links)
+    cover_at = np.empty(biggest_dag, np.int64)  # per DAG position, while sorting
+    matched = np.empty(num_links, np.int64)
+    choices = np.empty(num_links, np.int64)
+    # what _soonest_takers reads and writes (tuples: an inlined call takes 30 arguments at most)
+    fabric_tables = (dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, dag_edge_ptr,
+                     dag_edge_link, dag_edge_pred, dag_of_link, link_time, near_ptr, near_nodes,
+                     near_dist, dest_base)  # fmt: skip
+    cover_tables = (key_cut, key_cover, num_keys, covers, cover_print, cover_ptr, cover_counts,
+                    taken, watch_head, marked_node)  # fmt: skip
+    group_tables = (num_groups, group_cover, group_first, group_size, group_pos, group_of_cover,
+                    witness)  # fmt: skip
+    scan_scratch = (stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover)
 
     while ev_size > 0 and remaining > 0:
         now = ev_times[0]
@@ -567,168 +811,177 @@ def run_fabric_spread(
                 order[kept] = order[i]
                 kept += 1
         shuffle(order, kept, mt, counters)
+        for i in range(kept):
+            if crossbar_of_link[order[i]] >= 0:
+                crossbar_free[crossbar_of_link[order[i]]] += 1
 
         for i in range(kept):
+            # The link alone, or where the first of several free uplinks into one
+            # crossbar comes, all of those, matched with distinct destinations first
+            # (the reference's match_uplinks): work_pos is the DAG position of an uplink's
+            # matched destination (-1: none), work_cover its cover.
             link = order[i]
-            if not has_routes[link]:
+            crossbar = crossbar_of_link[link]
+            if not has_routes[link] or (crossbar >= 0 and crossbar_free[crossbar] < 0):
                 continue
-            u = link_src[link]
-            dag = dag_of_link[link]
-            chosen_chunk, hops, v, num_dests, overtaking = -1, 0, -1, 0, False
-            if dag < 0:
-                v = link_dst[link]
-                may_overtake = slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
-                    link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
-                    flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
-                )  # fmt: skip
-                again = -1.0
-                if rivals_ptr[link] < rivals_ptr[link + 1] and sends_some(u, v, holds, taken):
-                    again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
-                                            link_time, free_at, holds, taken, num_chunks,
-                                            rival_cap, rival_src, only_within)  # fmt: skip
-                if again < 0:
-                    chosen_chunk = pick_chunk(holds, u, v, taken, v, holds, inbr_ptr, inbrs,
-                                              copies, rarest, compare_all_up_to, pool, mt,
-                                              counters)  # fmt: skip
-                if may_overtake:
-                    overtaking = settle_overtakes(v, chosen_chunk, late, slow_in_ptr, slow_in,
-                                                  flight_chunk, overtaken, taken)  # fmt: skip
-                if again >= 0:
-                    if not looking_again[link]:
-                        looking_again[link] = True
-                        ev_times, ev_rows = _event_push(
-                            ev_times, ev_rows, ev_size, seq, again, LOOK_AGAIN, -1, link
-                        )
-                        ev_size += 1
-                        seq += 1
-                    continue
-                path[0] = link
-                hops = 1
-            elif none_since[link] != held[u]:
-                # Of the destinations that take a chunk, one that the chunk reaches
-                # soonest (ties: the reference's draw among them, in id order).
-                base = dag_node_ptr[dag]
-                cache = dest_base[link]
-                if num_groups[link] < 0:
-                    watch, cover_members = _group_by_cover(
-                        link, dag, dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, link_time,
-                        near_ptr, near_nodes, near_dist, key_cut, key_cover, num_keys, covers,
-                        cover_print, cover_ptr, cover_members, cover_counts, taken, watch,
-                        watch_head, marked_node, dest_base, num_groups, group_cover, group_first,
-                        group_size, group_pos, group_of_cover, dest_cover,
+            work_link[0], work_pos[0], num_work = link, -1, 1
+            if crossbar >= 0 and crossbar_free[crossbar] > 1:
+                num_members = 0
+                for k in range(i, kept):
+                    lk = order[k]
+                    if crossbar_of_link[lk] != crossbar:
+                        continue
+                    ties, decision, watch, cover_members = _soonest_takers(
+                        lk, link_src[lk], now, decision, fabric_tables, cover_tables,
+                        cover_members, watch, group_tables, holds, held, gained, none_since,
+                        free_at, scan_scratch,
                     )  # fmt: skip
-                # Every destination of a cover that lacks something u holds takes a chunk
-                # (the cover of u lacks nothing u holds: u is no destination of its own).
-                # The answer per (link, group) is remembered in witness[g]: a chunk that
-                # made it yes (still yes while the cover lacks it: u keeps what it holds),
-                # or -2 - held[u] when it was no (still no but for the chunks u gained
-                # since, gained[u, held:]: what a cover has only grows); -1 when not asked
-                # yet. Without it a link would scan every cover's bit set each time its
-                # NPU gains a chunk. (Written out, not a function: a call counts references
-                # to its arrays, a sixth of the time at 2048 GPUs.)
-                for g in range(cache, cache + num_groups[link]):
-                    cover = group_cover[g]
-                    known = witness[g]
-                    bit = _ONE << np.uint64(known & 63)
-                    takes = known >= 0 and not covers[cover, known >> 6] & bit
-                    if not takes and known < -1:
-                        for k in range(-2 - known, held[u]):
-                            gain = gained[u, k]
-                            if not covers[cover, gain >> 6] & (_ONE << np.uint64(gain & 63)):
-                                witness[g], takes = gain, True
-                                break
-                    elif not takes:
-                        for w in range(words):
-                            lacking = holds[u, w] & ~covers[cover, w]
-                            if lacking:
-                                witness[g], takes = w * 64 + lowest_bit(lacking), True
-                                break
-                    if not takes:
-                        witness[g] = -2 - held[u]
-                    if takes:
-                        for k in range(group_first[g], group_first[g] + group_size[g]):
-                            dest_pos[num_dests] = group_pos[k]
-                            dest_cover[num_dests] = cover
-                            num_dests += 1
-                if not num_dests:
-                    none_since[link] = held[u]
+                    first = tight_ptr[num_members]
+                    if first + ties > tight_pos.shape[0]:
+                        tight_pos = _grown(tight_pos, 2 * (first + ties))
+                        tight_cover = _grown(tight_cover, 2 * (first + ties))
+                        tight_node = _grown(tight_node, 2 * (first + ties))
+                    base = dag_node_ptr[dag_of_link[lk]]
+                    for r in range(ties):
+                        cover_at[dest_pos[r]] = dest_cover[r]
+                    heapsort(dest_pos, ties)  # by position = by id
+                    for r in range(ties):
+                        tight_pos[first + r] = dest_pos[r]
+                        tight_cover[first + r] = cover_at[dest_pos[r]]
+                        tight_node[first + r] = dag_nodes[base + dest_pos[r]]
+                    member_link[num_members] = lk
+                    member_by[num_members] = arrival[dest_pos[0]] if ties else 0.0
+                    num_members += 1
+                    tight_ptr[num_members] = first + ties
+                num_work, visit = match_destinations(
+                    num_members, member_link, member_by, tight_ptr, tight_node, tight_pos,
+                    tight_cover, link_src, holds, covers, owner, visited, visit, search,
+                    work_link, work_pos, work_cover, work_by, matched, choices, mt, counters,
+                )  # fmt: skip
+                crossbar_free[crossbar] = -1
+            for w in range(num_work):
+                link = work_link[w]
+                u = link_src[link]
+                dag = dag_of_link[link]
+                chosen_chunk, hops, v, overtaking = -1, 0, -1, False
+                if dag < 0:
+                    v = link_dst[link]
+                    may_overtake = slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
+                        link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
+                        flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
+                    )  # fmt: skip
+                    again = -1.0
+                    if rivals_ptr[link] < rivals_ptr[link + 1] and sends_some(u, v, holds, taken):
+                        again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
+                                                link_time, free_at, holds, taken, num_chunks,
+                                                rival_cap, rival_src, only_within)  # fmt: skip
+                    if again < 0:
+                        chosen_chunk = pick_chunk(holds, u, v, taken, v, holds, inbr_ptr, inbrs,
+                                                  copies, rarest, compare_all_up_to, pool, mt,
+                                                  counters)  # fmt: skip
+                    if may_overtake:
+                        overtaking = settle_overtakes(v, chosen_chunk, late, slow_in_ptr, slow_in,
+                                                      flight_chunk, overtaken, taken)  # fmt: skip
+                    if again >= 0:
+                        if not looking_again[link]:
+                            looking_again[link] = True
+                            ev_times, ev_rows = _event_push(
+                                ev_times, ev_rows, ev_size, seq, again, LOOK_AGAIN, -1, link
+                            )
+                            ev_size += 1
+                            seq += 1
+                        continue
+                    path[0] = link
+                    hops = 1
                 else:
-                    # Earliest arrival over the statically shortest paths (Fabric.earliest).
-                    decision += 1
-                    arrival[0] = max(now, free_at[link]) + link_time[link]
-                    came_pred[0] = -1
-                    stamp[0] = decision
-                    soonest, ties = np.inf, 0
-                    for j in range(num_dests):
-                        p = dest_pos[j]
-                        _arrive(p, base, decision, stamp, arrival, came_link, came_pred, stack,
+                    # Of the destinations that take a chunk, one that the chunk reaches soonest
+                    # (ties: the reference's draw among them, in id order); a destination the
+                    # matching of a crossbar's uplinks gave (work_pos) if it still takes one
+                    # by then (work_by).
+                    base = dag_node_ptr[dag]
+                    best_p, best_cover = -1, -1
+                    forced = work_pos[w]
+                    if forced >= 0 and _lacking(holds, u, covers, work_cover[w]) > 0:
+                        decision += 1
+                        arrival[0] = max(now, free_at[link]) + link_time[link]
+                        came_pred[0] = -1
+                        stamp[0] = decision
+                        _arrive(forced, base, decision, stamp, arrival, came_link, came_pred, stack,
                                 dag_edge_ptr, dag_edge_link, dag_edge_pred, free_at,
                                 link_time)  # fmt: skip
-                        if arrival[p] < soonest:
-                            soonest, ties = arrival[p], 0
-                        if arrival[p] == soonest:
-                            dest_pos[ties], dest_cover[ties] = p, dest_cover[j]
-                            ties += 1
-                    # The reference draws among the tied destinations by id (= by position).
-                    pick = 0
-                    if ties > 1:
-                        pick = np.argsort(dest_pos[:ties])[randbelow(ties, mt, counters)]
-                    best_p, best_cover = dest_pos[pick], dest_cover[pick]
-                    v = dag_nodes[base + best_p]
-                    chosen_chunk = pick_chunk(holds, u, v, covers, best_cover, holds, inbr_ptr,
-                                              inbrs, copies, rarest, compare_all_up_to, pool, mt,
-                                              counters)  # fmt: skip
-                    hops = 0
-                    at = best_p
-                    while at > 0:
-                        path[hops] = came_link[at]
+                        if arrival[forced] <= work_by[w]:
+                            best_p, best_cover = forced, work_cover[w]
+                    if best_p < 0:
+                        ties, decision, watch, cover_members = _soonest_takers(
+                            link, u, now, decision, fabric_tables, cover_tables,
+                            cover_members, watch, group_tables, holds, held, gained, none_since,
+                            free_at, scan_scratch,
+                        )  # fmt: skip
+                        if ties:
+                            pick = 0
+                            if ties > 1:
+                                pick = np.argsort(dest_pos[:ties])[randbelow(ties, mt, counters)]
+                            best_p, best_cover = dest_pos[pick], dest_cover[pick]
+                    if best_p >= 0:
+                        v = dag_nodes[base + best_p]
+                        chosen_chunk = pick_chunk(holds, u, v, covers, best_cover, holds,
+                                                  inbr_ptr, inbrs, copies, rarest,
+                                                  compare_all_up_to, pool, mt,
+                                                  counters)  # fmt: skip
+                        hops = 0
+                        at = best_p
+                        while at > 0:
+                            path[hops] = came_link[at]
+                            hops += 1
+                            at = came_pred[at]
+                        path[hops] = link
                         hops += 1
-                        at = came_pred[at]
-                    path[hops] = link
-                    hops += 1
-                    for h in range(hops // 2):  # first hop first
-                        path[h], path[hops - 1 - h] = path[hops - 1 - h], path[h]
-            if chosen_chunk < 0:
-                continue
-            # Send it (the reference's _send): book every hop, the first frees the link.
-            chunk = chosen_chunk
-            if count + hops > out_chunk.shape[0]:
-                grow = 2 * out_chunk.shape[0] + hops
-                out_chunk = _grown(out_chunk, grow)
-                out_link = _grown(out_link, grow)
-                out_start = _grown(out_start, grow)
-                out_end = _grown(out_end, grow)
-                out_dep = _grown(out_dep, grow)
-            dep = -2 - chunk if source_node[chunk] == u else arrived_by[u, chunk]
-            ready = now
-            for h in range(hops):
-                lk = path[h]
-                start = max(ready, free_at[lk])
-                ready = start + link_time[lk]
-                free_at[lk] = ready
-                if h == 0:
-                    ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready,
-                                                    LINK_FREE, -1, lk)  # fmt: skip
-                    ev_size += 1
-                    seq += 1
-                out_chunk[count], out_link[count] = chunk, lk
-                out_start[count], out_end[count], out_dep[count] = start, ready, dep
-                dep = count + index_offset
-                count += 1
-            ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready, ARRIVED,
-                                            count - 1, v)  # fmt: skip
-            ev_size += 1
-            seq += 1
-            if count > sender_of.shape[0]:
-                sender_of = _grown(sender_of, 2 * count)
-            sender_of[count - 1] = u
-            taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
-            _cover_gain(v, chunk, covers, watch, watch_head)
-            if not overtaking:  # else the overtaken copy's count stands for this one
-                copies[chunk] += 1
-            if hops == 1 and rival_slot[link] >= 0:  # faster links may overtake it
-                flight_chunk[link], flight_row[link], flight_start[link] = chunk, count - 1, now
-                start_holds[rival_slot[link]] = holds[u]
+                        for h in range(hops // 2):  # first hop first
+                            path[h], path[hops - 1 - h] = path[hops - 1 - h], path[h]
+                if chosen_chunk < 0:
+                    continue
+                # Send it (the reference's _send): book every hop, the first frees the link.
+                chunk = chosen_chunk
+                if count + hops > out_chunk.shape[0]:
+                    grow = 2 * out_chunk.shape[0] + hops
+                    out_chunk = _grown(out_chunk, grow)
+                    out_link = _grown(out_link, grow)
+                    out_start = _grown(out_start, grow)
+                    out_end = _grown(out_end, grow)
+                    out_dep = _grown(out_dep, grow)
+                dep = -2 - chunk if source_node[chunk] == u else arrived_by[u, chunk]
+                ready = now
+                for h in range(hops):
+                    lk = path[h]
+                    start = max(ready, free_at[lk])
+                    ready = start + link_time[lk]
+                    free_at[lk] = ready
+                    if h == 0:
+                        ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready,
+                                                        LINK_FREE, -1, lk)  # fmt: skip
+                        ev_size += 1
+                        seq += 1
+                    out_chunk[count], out_link[count] = chunk, lk
+                    out_start[count], out_end[count], out_dep[count] = start, ready, dep
+                    dep = count + index_offset
+                    count += 1
+                ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready, ARRIVED,
+                                                count - 1, v)  # fmt: skip
+                ev_size += 1
+                seq += 1
+                if count > sender_of.shape[0]:
+                    sender_of = _grown(sender_of, 2 * count)
+                sender_of[count - 1] = u
+                taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+                _cover_gain(v, chunk, covers, watch, watch_head)
+                if not overtaking:  # else the overtaken copy's count stands for this one
+                    copies[chunk] += 1
+                if hops == 1 and rival_slot[link] >= 0:  # faster links may overtake it
+                    flight_chunk[link], flight_row[link], flight_start[link] = chunk, count - 1, now
+                    start_holds[rival_slot[link]] = holds[u]
+        for i in range(kept):
+            if crossbar_of_link[order[i]] >= 0:
+                crossbar_free[crossbar_of_link[order[i]]] = 0
     for link in range(num_links):  # overtaken and not landed: their receivers are done
         if overtaken[link]:
             out_chunk[flight_row[link]] = -1

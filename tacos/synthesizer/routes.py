@@ -69,6 +69,18 @@ def routes_from(
     return table
 
 
+def crossbars(topology: Topology) -> list[bool]:
+    """Per node, whether it is a crossbar: a switch linked to NPUs only (an NVSwitch, the
+    one switch of a star). Its inputs contend for nothing but its outputs, so the uplinks
+    into it are matched with destinations each instant (``greedy._SpreadState.match_uplinks``).
+    """
+    is_crossbar = [topology.is_switch(node) for node in range(topology.num_nodes)]
+    for link in topology.links:
+        if topology.is_switch(link.src) and topology.is_switch(link.dst):
+            is_crossbar[link.src] = is_crossbar[link.dst] = False
+    return is_crossbar
+
+
 def rarest_neighbours(topology: Topology) -> list[list[int]]:
     """Per node, the NPUs the "rarest" chunk policy counts as its in-neighbours, by id.
 
