@@ -76,7 +76,7 @@ def test_switched_all_gather_is_near_the_throughput_bound_with_enough_chunks():
     st.lists(st.lists(st.integers(0, 7), max_size=5).map(lambda d: sorted(set(d))), max_size=9),
     st.integers(0, 2**16),
 )
-def test_the_uplinks_of_one_fabric_get_a_maximum_matching_to_their_destinations(tight, seed):
+def test_the_uplinks_into_a_crossbar_get_a_maximum_matching_to_their_destinations(tight, seed):
     matched = match_destinations(tight, random.Random(seed))
     assert all(dst in tight[uplink] for uplink, dst in matched.items())
     assert len(set(matched.values())) == len(matched), "one uplink per destination"

@@ -43,6 +43,8 @@ from tacos.synthesizer.greedy import MAX_RIVALS
 
 AVAILABLE, ARRIVED, LINK_FREE, LOOK_AGAIN = 0, 1, 2, 3
 """Event kinds, as in the reference."""
+WAIT = -2
+"""The work list's position of an uplink left unmatched (see match_destinations)."""
 NEARER = 1 - 1e-9
 """As :data:`tacos.synthesizer.greedy.NEARER`."""
 _ONE = np.uint64(1)
@@ -492,7 +494,7 @@ def match_destinations(
     uplinks, fewest chunks for their destination first (then in member
     order), with their destination's DAG position, its cover and when it
     would get the chunk (``member_by``: later is too late), then the
-    unmatched uplinks that had destinations, with position -1. ``owner`` is
+    unmatched uplinks that had destinations, with position ``WAIT``. ``owner`` is
     all -1 before and after; ``matched`` and ``choices`` are scratch. Returns
     the work list's length and ``visit``.
     """
@@ -552,7 +554,7 @@ def match_destinations(
         num_work += 1
     for j in range(num_members):
         if matched[j] < 0 and tight_ptr[j + 1] > tight_ptr[j]:
-            work_link[num_work], work_pos[num_work] = member_link[j], -1
+            work_link[num_work], work_pos[num_work] = member_link[j], WAIT
             num_work += 1
         for k in range(tight_ptr[j], tight_ptr[j + 1]):
             owner[tight_node[k]] = -1
@@ -707,6 +709,9 @@ def run_fabric_spread(
     dropped = 0
     # matching the free uplinks into one crossbar (match_destinations)
     crossbar_free = np.zeros(num_nodes, np.int64)  # its free uplinks now; -1: matched
+    first_uplink = np.empty(num_nodes, np.int64)  # ... the first of them
+    last_uplink = np.empty(num_nodes, np.int64)
+    next_uplink = np.empty(num_links, np.int64)  # per free uplink, the next into its crossbar
     member_link = np.empty(num_links, np.int64)
     member_by = np.empty(num_links)  # when its soonest destinations get a chunk
     tight_ptr = np.zeros(num_links + 1, np.int64)
@@ -811,9 +816,17 @@ def run_fabric_spread(
                 order[kept] = order[i]
                 kept += 1
         shuffle(order, kept, mt, counters)
-        for i in range(kept):
-            if crossbar_of_link[order[i]] >= 0:
-                crossbar_free[crossbar_of_link[order[i]]] += 1
+        for i in range(kept):  # each crossbar's free uplinks, in order
+            link = order[i]
+            crossbar = crossbar_of_link[link]
+            if crossbar >= 0:
+                if crossbar_free[crossbar] == 0:
+                    first_uplink[crossbar] = link
+                else:
+                    next_uplink[last_uplink[crossbar]] = link
+                last_uplink[crossbar] = link
+                next_uplink[link] = -1
+                crossbar_free[crossbar] += 1
 
         for i in range(kept):
             # The link alone, or where the first of several free uplinks into one
@@ -827,10 +840,8 @@ def run_fabric_spread(
             work_link[0], work_pos[0], num_work = link, -1, 1
             if crossbar >= 0 and crossbar_free[crossbar] > 1:
                 num_members = 0
-                for k in range(i, kept):
-                    lk = order[k]
-                    if crossbar_of_link[lk] != crossbar:
-                        continue
+                lk = first_uplink[crossbar]
+                while lk >= 0:
                     ties, decision, watch, cover_members = _soonest_takers(
                         lk, link_src[lk], now, decision, fabric_tables, cover_tables,
                         cover_members, watch, group_tables, holds, held, gained, none_since,
@@ -853,14 +864,31 @@ def run_fabric_spread(
                     member_by[num_members] = arrival[dest_pos[0]] if ties else 0.0
                     num_members += 1
                     tight_ptr[num_members] = first + ties
+                    lk = next_uplink[lk]
                 num_work, visit = match_destinations(
                     num_members, member_link, member_by, tight_ptr, tight_node, tight_pos,
                     tight_cover, link_src, holds, covers, owner, visited, visit, search,
                     work_link, work_pos, work_cover, work_by, matched, choices, mt, counters,
                 )  # fmt: skip
                 crossbar_free[crossbar] = -1
+            wake = -1.0  # when an unmatched uplink looks again: the first matched one frees
             for w in range(num_work):
                 link = work_link[w]
+                if work_pos[w] == WAIT:
+                    if wake < 0:
+                        wake = np.inf
+                        for x in range(w):  # the matched uplinks come first
+                            wake = min(wake, free_at[work_link[x]])
+                        wake = now if w == 0 else wake
+                    if wake > now:
+                        if not looking_again[link]:
+                            looking_again[link] = True
+                            ev_times, ev_rows = _event_push(
+                                ev_times, ev_rows, ev_size, seq, wake, LOOK_AGAIN, -1, link
+                            )
+                            ev_size += 1
+                            seq += 1
+                        continue
                 u = link_src[link]
                 dag = dag_of_link[link]
                 chosen_chunk, hops, v, overtaking = -1, 0, -1, False

@@ -367,7 +367,10 @@ class _SpreadState:
         Matched uplinks then send, the one with the fewest chunks for its
         destination first (so it still has one when the others have chosen);
         one whose destination no longer takes a chunk by the time matched
-        for, or that was left unmatched, chooses as :meth:`match_link` does.
+        for chooses as :meth:`match_link` does. An uplink left unmatched
+        waits until the first matched one frees (its destinations are being
+        served; queueing a chunk behind theirs measured slower, and costs a
+        second look at every destination), unless a matched one did not send.
 
         Only crossbars: in a fabric of several switches (NICs, leaves and
         spines), the links inside contend too, and a matching made before
@@ -387,9 +390,15 @@ class _SpreadState:
         matched = match_destinations(tight, self.rng)
         for i in sorted(matched, key=lambda i: (options[i][matched[i]], i)):
             self.match_link(uplinks[i], now, only=(matched[i], soonests[i]))
+        wake = min((self.free_at[uplinks[i]] for i in matched), default=now)
         for i, link_id in enumerate(uplinks):
-            if i not in matched and tight[i]:
+            if i in matched or not tight[i]:
+                continue
+            if wake <= now:
                 self.match_link(link_id, now)
+            elif link_id not in self.looking_again:
+                self.looking_again.add(link_id)
+                self.push(wake, _LOOK_AGAIN, -1, link_id)
 
     def match_link(self, link_id: int, now: float, only: tuple[int, float] | None = None) -> None:
         """Give the free link ``link_id`` one chunk towards one NPU it leads to (``only``
