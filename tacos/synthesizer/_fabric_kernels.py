@@ -111,6 +111,25 @@ def _event_pop(times: np.ndarray, rows: np.ndarray, size: int) -> tuple[int, int
     return kind, a, b
 
 
+@njit(cache=True, inline="always")
+def _look_again(
+    link: int,
+    at: float,
+    looking_again: np.ndarray,
+    ev_times: np.ndarray,
+    ev_rows: np.ndarray,
+    ev_size: int,
+    seq: int,
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """``link`` looks again at ``at`` (unless it already will): the event heap grown."""
+    if not looking_again[link]:
+        looking_again[link] = True
+        ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, at, LOOK_AGAIN, -1, link)
+        ev_size += 1
+        seq += 1
+    return ev_times, ev_rows, ev_size, seq
+
+
 # ---------------------------------------------------------------- chunk choice
 @njit(cache=True, inline="always")
 def _arrive(
@@ -881,13 +900,9 @@ def run_fabric_spread(
                             wake = min(wake, free_at[work_link[x]])
                         wake = now if w == 0 else wake
                     if wake > now:
-                        if not looking_again[link]:
-                            looking_again[link] = True
-                            ev_times, ev_rows = _event_push(
-                                ev_times, ev_rows, ev_size, seq, wake, LOOK_AGAIN, -1, link
-                            )
-                            ev_size += 1
-                            seq += 1
+                        ev_times, ev_rows, ev_size, seq = _look_again(
+                            link, wake, looking_again, ev_times, ev_rows, ev_size, seq
+                        )
                         continue
                 u = link_src[link]
                 dag = dag_of_link[link]
@@ -911,13 +926,9 @@ def run_fabric_spread(
                         overtaking = settle_overtakes(v, chosen_chunk, late, slow_in_ptr, slow_in,
                                                       flight_chunk, overtaken, taken)  # fmt: skip
                     if again >= 0:
-                        if not looking_again[link]:
-                            looking_again[link] = True
-                            ev_times, ev_rows = _event_push(
-                                ev_times, ev_rows, ev_size, seq, again, LOOK_AGAIN, -1, link
-                            )
-                            ev_size += 1
-                            seq += 1
+                        ev_times, ev_rows, ev_size, seq = _look_again(
+                            link, again, looking_again, ev_times, ev_rows, ev_size, seq
+                        )
                         continue
                     path[0] = link
                     hops = 1
