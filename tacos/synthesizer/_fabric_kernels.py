@@ -368,6 +368,39 @@ def _cover_gain(
 
 
 @njit(cache=True, inline="always")
+def _new_decision(
+    link: int,
+    now: float,
+    decision: int,
+    stamp: np.ndarray,
+    arrival: np.ndarray,
+    came_pred: np.ndarray,
+    free_at: np.ndarray,
+    link_time: np.ndarray,
+) -> int:
+    """Start a new decision for the uplink ``link``: its own hop (DAG position 0) is known."""
+    decision += 1
+    arrival[0] = max(now, free_at[link]) + link_time[link]
+    came_pred[0] = -1
+    stamp[0] = decision
+    return decision
+
+
+@njit(cache=True, inline="always")
+def _ties_by_id(
+    ties: int, dest_pos: np.ndarray, dest_cover: np.ndarray, cover_at: np.ndarray
+) -> None:
+    """Sort the tied destinations ``dest_pos[:ties]`` and their covers by DAG position,
+    which is by id (the reference's order), without allocating; ``cover_at`` is scratch
+    with a row per DAG position."""
+    for r in range(ties):
+        cover_at[dest_pos[r]] = dest_cover[r]
+    heapsort(dest_pos, ties)
+    for r in range(ties):
+        dest_cover[r] = cover_at[dest_pos[r]]
+
+
+@njit(cache=True, inline="always")
 def _soonest_takers(
     link: int,
     u: int,
@@ -451,10 +484,7 @@ def _soonest_takers(
         none_since[link] = held[u]
         return 0, decision, watch, cover_members
     # Earliest arrival over the statically shortest paths (Fabric.earliest).
-    decision += 1
-    arrival[0] = max(now, free_at[link]) + link_time[link]
-    came_pred[0] = -1
-    stamp[0] = decision
+    decision = _new_decision(link, now, decision, stamp, arrival, came_pred, free_at, link_time)
     soonest, ties = np.inf, 0
     for j in range(num_dests):
         p = dest_pos[j]
@@ -745,7 +775,7 @@ def run_fabric_spread(
     work_pos = np.empty(num_links, np.int64)
     work_cover = np.empty(num_links, np.int64)
     work_by = np.empty(num_links)
-    cover_at = np.empty(biggest_dag, np.int64)  # per DAG position, while sorting
+    cover_at = np.empty(biggest_dag, np.int64)  # _ties_by_id's scratch
     matched = np.empty(num_links, np.int64)
     choices = np.empty(num_links, np.int64)
     # what _soonest_takers reads and writes (tuples: an inlined call takes 30 arguments at most)
@@ -851,7 +881,7 @@ def run_fabric_spread(
             # The link alone, or where the first of several free uplinks into one
             # crossbar comes, all of those, matched with distinct destinations first
             # (the reference's match_uplinks): work_pos is the DAG position of an uplink's
-            # matched destination (-1: none), work_cover its cover.
+            # matched destination (-1: none; WAIT: left unmatched), work_cover its cover.
             link = order[i]
             crossbar = crossbar_of_link[link]
             if not has_routes[link] or (crossbar >= 0 and crossbar_free[crossbar] < 0):
@@ -872,12 +902,10 @@ def run_fabric_spread(
                         tight_cover = _grown(tight_cover, 2 * (first + ties))
                         tight_node = _grown(tight_node, 2 * (first + ties))
                     base = dag_node_ptr[dag_of_link[lk]]
-                    for r in range(ties):
-                        cover_at[dest_pos[r]] = dest_cover[r]
-                    heapsort(dest_pos, ties)  # by position = by id
+                    _ties_by_id(ties, dest_pos, dest_cover, cover_at)
                     for r in range(ties):
                         tight_pos[first + r] = dest_pos[r]
-                        tight_cover[first + r] = cover_at[dest_pos[r]]
+                        tight_cover[first + r] = dest_cover[r]
                         tight_node[first + r] = dag_nodes[base + dest_pos[r]]
                     member_link[num_members] = lk
                     member_by[num_members] = arrival[dest_pos[0]] if ties else 0.0
@@ -941,10 +969,8 @@ def run_fabric_spread(
                     best_p, best_cover = -1, -1
                     forced = work_pos[w]
                     if forced >= 0 and _lacking(holds, u, covers, work_cover[w]) > 0:
-                        decision += 1
-                        arrival[0] = max(now, free_at[link]) + link_time[link]
-                        came_pred[0] = -1
-                        stamp[0] = decision
+                        decision = _new_decision(link, now, decision, stamp, arrival, came_pred,
+                                                 free_at, link_time)  # fmt: skip
                         _arrive(forced, base, decision, stamp, arrival, came_link, came_pred, stack,
                                 dag_edge_ptr, dag_edge_link, dag_edge_pred, free_at,
                                 link_time)  # fmt: skip
@@ -956,10 +982,11 @@ def run_fabric_spread(
                             cover_members, watch, group_tables, holds, held, gained, none_since,
                             free_at, scan_scratch,
                         )  # fmt: skip
-                        if ties:
+                        if ties:  # the reference draws among them in id order
                             pick = 0
                             if ties > 1:
-                                pick = np.argsort(dest_pos[:ties])[randbelow(ties, mt, counters)]
+                                _ties_by_id(ties, dest_pos, dest_cover, cover_at)
+                                pick = randbelow(ties, mt, counters)
                             best_p, best_cover = dest_pos[pick], dest_cover[pick]
                     if best_p >= 0:
                         v = dag_nodes[base + best_p]

@@ -378,17 +378,14 @@ class _SpreadState:
         a 64-server rail cluster's All-Gather with one chunk per GPU took 4%
         longer with its NIC uplinks matched).
         """
-        tight: list[list[int]] = []
-        options: list[dict[int, int]] = []
-        soonests: list[float] = []
-        for link_id in uplinks:
-            takers = self._takers(link_id, now)
-            soonest = min((arrive for arrive, _, _ in takers.values()), default=0.0)
-            soonests.append(soonest)
-            tight.append(sorted(dst for dst, (arrive, _, _) in takers.items() if arrive == soonest))
-            options.append({dst: takers[dst][1].bit_count() for dst in tight[-1]})
+        takers = [self._takers(link_id, now) for link_id in uplinks]
+        soonests = [min((arrive for arrive, _, _ in t.values()), default=0.0) for t in takers]
+        tight = [
+            sorted(dst for dst, (arrive, _, _) in t.items() if arrive == soonest)
+            for t, soonest in zip(takers, soonests, strict=True)
+        ]
         matched = match_destinations(tight, self.rng)
-        for i in sorted(matched, key=lambda i: (options[i][matched[i]], i)):
+        for i in sorted(matched, key=lambda i: (takers[i][matched[i]][1].bit_count(), i)):
             self.match_link(uplinks[i], now, only=(matched[i], soonests[i]))
         wake = min((self.free_at[uplinks[i]] for i in matched), default=now)
         for i, link_id in enumerate(uplinks):
