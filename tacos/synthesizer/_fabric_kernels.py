@@ -499,7 +499,7 @@ def _soonest_takers(
     return ties, decision, watch, cover_members
 
 
-# ---------------------------------------------------------------- matching a crossbar's uplinks
+# ---------------------------------------------------------------- matching the uplinks of one group
 @njit(cache=True, inline="always")
 def _lacking(holds: np.ndarray, u: int, covers: np.ndarray, cover: int) -> int:
     """How many chunks NPU ``u`` holds that ``cover`` lacks (its destinations take one)."""
@@ -640,7 +640,7 @@ def run_fabric_spread(
     dag_edge_pred: np.ndarray,
     dag_path_us: np.ndarray,
     dest_base: np.ndarray,
-    crossbar_of_link: np.ndarray,
+    matching_of_link: np.ndarray,
     # the spread
     num_chunks: int,
     source_node: np.ndarray,
@@ -756,11 +756,11 @@ def run_fabric_spread(
     late = np.zeros(words, np.uint64)
     landed = np.empty(num_links, np.int64)
     dropped = 0
-    # matching the free uplinks into one crossbar (match_destinations)
-    crossbar_free = np.zeros(num_nodes, np.int64)  # its free uplinks now; -1: matched
+    # matching the free uplinks of one matching group (match_destinations)
+    matching_free = np.zeros(num_nodes, np.int64)  # its free uplinks now; -1: matched
     first_uplink = np.empty(num_nodes, np.int64)  # ... the first of them
     last_uplink = np.empty(num_nodes, np.int64)
-    next_uplink = np.empty(num_links, np.int64)  # per free uplink, the next into its crossbar
+    next_uplink = np.empty(num_links, np.int64)  # per free uplink, the next of its matching group
     member_link = np.empty(num_links, np.int64)
     member_by = np.empty(num_links)  # when its soonest destinations get a chunk
     tight_ptr = np.zeros(num_links + 1, np.int64)
@@ -865,31 +865,31 @@ def run_fabric_spread(
                 order[kept] = order[i]
                 kept += 1
         shuffle(order, kept, mt, counters)
-        for i in range(kept):  # each crossbar's free uplinks, in order
+        for i in range(kept):  # each matching group's free uplinks, in order
             link = order[i]
-            crossbar = crossbar_of_link[link]
-            if crossbar >= 0:
-                if crossbar_free[crossbar] == 0:
-                    first_uplink[crossbar] = link
+            matching = matching_of_link[link]
+            if matching >= 0:
+                if matching_free[matching] == 0:
+                    first_uplink[matching] = link
                 else:
-                    next_uplink[last_uplink[crossbar]] = link
-                last_uplink[crossbar] = link
+                    next_uplink[last_uplink[matching]] = link
+                last_uplink[matching] = link
                 next_uplink[link] = -1
-                crossbar_free[crossbar] += 1
+                matching_free[matching] += 1
 
         for i in range(kept):
-            # The link alone, or where the first of several free uplinks into one
-            # crossbar comes, all of those, matched with distinct destinations first
+            # The link alone, or where the first of several free uplinks of one
+            # matching group comes, all of those, matched with distinct destinations first
             # (the reference's match_uplinks): work_pos is the DAG position of an uplink's
             # matched destination (-1: none; WAIT: left unmatched), work_cover its cover.
             link = order[i]
-            crossbar = crossbar_of_link[link]
-            if not has_routes[link] or (crossbar >= 0 and crossbar_free[crossbar] < 0):
+            matching = matching_of_link[link]
+            if not has_routes[link] or (matching >= 0 and matching_free[matching] < 0):
                 continue
             work_link[0], work_pos[0], num_work = link, -1, 1
-            if crossbar >= 0 and crossbar_free[crossbar] > 1:
+            if matching >= 0 and matching_free[matching] > 1:
                 num_members = 0
-                lk = first_uplink[crossbar]
+                lk = first_uplink[matching]
                 while lk >= 0:
                     ties, decision, watch, cover_members = _soonest_takers(
                         lk, link_src[lk], now, decision, fabric_tables, cover_tables,
@@ -917,7 +917,7 @@ def run_fabric_spread(
                     tight_cover, link_src, holds, covers, owner, visited, visit, search,
                     work_link, work_pos, work_cover, work_by, matched, choices, mt, counters,
                 )  # fmt: skip
-                crossbar_free[crossbar] = -1
+                matching_free[matching] = -1
             wake = -1.0  # when an unmatched uplink looks again: the first matched one frees
             for w in range(num_work):
                 link = work_link[w]
@@ -963,7 +963,7 @@ def run_fabric_spread(
                 else:
                     # Of the destinations that take a chunk, one that the chunk reaches soonest
                     # (ties: the reference's draw among them, in id order); a destination the
-                    # matching of a crossbar's uplinks gave (work_pos) if it still takes one
+                    # matching of its group's uplinks gave (work_pos) if it still takes one
                     # by then (work_by).
                     base = dag_node_ptr[dag]
                     best_p, best_cover = -1, -1
@@ -1046,8 +1046,8 @@ def run_fabric_spread(
                     flight_chunk[link], flight_row[link], flight_start[link] = chunk, count - 1, now
                     start_holds[rival_slot[link]] = holds[u]
         for i in range(kept):
-            if crossbar_of_link[order[i]] >= 0:
-                crossbar_free[crossbar_of_link[order[i]]] = 0
+            if matching_of_link[order[i]] >= 0:
+                matching_free[matching_of_link[order[i]]] = 0
     for link in range(num_links):  # overtaken and not landed: their receivers are done
         if overtaken[link]:
             out_chunk[flight_row[link]] = -1

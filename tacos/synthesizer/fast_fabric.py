@@ -21,7 +21,7 @@ from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
-from tacos.synthesizer.routes import Fabric, crossbars, rarest_neighbours
+from tacos.synthesizer.routes import Fabric, matching_groups, rarest_neighbours
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -46,9 +46,9 @@ class FabricArrays:
       :class:`~tacos.synthesizer.routes.ShortestPaths` flattened (``dag_of_link``:
       which one a link enters, -1 for links between NPUs); ``dest_base``: where
       each link's per-destination rows start in the kernel's per-link tables.
-    * ``crossbar_of_link``: per link with routes into a crossbar
-      (:func:`~tacos.synthesizer.routes.crossbars`), that switch; -1 for the others.
-      The free uplinks into one crossbar are matched together.
+    * ``matching_of_link``: per link with routes into a switch, its matching group
+      (:func:`~tacos.synthesizer.routes.matching_groups`); -1 for the others.
+      The free uplinks of one group are matched together.
     """
 
     link_src: np.ndarray
@@ -77,7 +77,7 @@ class FabricArrays:
     dag_edge_pred: np.ndarray
     dag_path_us: np.ndarray
     dest_base: np.ndarray
-    crossbar_of_link: np.ndarray
+    matching_of_link: np.ndarray
 
     @classmethod
     def of(cls, topology: Topology, chunk_bytes: int) -> FabricArrays:
@@ -118,13 +118,13 @@ class FabricArrays:
         # Each link into a switch has a row per position of its DAG in the kernel's tables.
         dest_base = np.zeros(num_links + 1, np.int64)
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
-        is_crossbar = np.asarray(crossbars(topology), np.bool_)
-        crossbar_of_link = np.where((dag_of_link >= 0) & is_crossbar[link_dst], link_dst, -1)
+        matching_of_node = np.asarray(matching_groups(topology), np.int64)
+        matching_of_link = np.where(dag_of_link >= 0, matching_of_node[link_dst], -1)
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
             rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, near_ptr,
             near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu, edge_ptr,
-            edge_links, edge_preds, path_us, dest_base, crossbar_of_link,
+            edge_links, edge_preds, path_us, dest_base, matching_of_link,
         )  # fmt: skip
 
 
@@ -173,7 +173,7 @@ def fabric_spread(
         arrays.near_ptr, arrays.near_nodes, arrays.near_dist, arrays.max_keys, arrays.dag_of_link,
         arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
-        arrays.crossbar_of_link, num_chunks,
+        arrays.matching_of_link, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
         np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
         policy == "rarest", RAREST_COMPARE_ALL, index_offset, random_state.mt,

@@ -81,6 +81,25 @@ def crossbars(topology: Topology) -> list[bool]:
     return is_crossbar
 
 
+def matching_groups(topology: Topology) -> list[int]:
+    """Per switch, the group its uplinks are matched in: a switch id, -1 for none.
+
+    A crossbar's uplinks are matched together (:func:`crossbars`). So are
+    those into the NICs of one leaf: a NIC is a switch that one NPU feeds
+    and that has one link onward, to its leaf, whose links down to the NICs
+    are what those uplinks contend for, as a crossbar's outputs are (each
+    GPU of a rail sends to a distinct peer each round).
+    """
+    groups = [node if is_crossbar else -1 for node, is_crossbar in enumerate(crossbars(topology))]
+    links = topology.links
+    for node in range(topology.num_npus, topology.num_nodes):
+        fed_by = [i for i in topology.in_links[node] if not topology.is_switch(links[i].src)]
+        onward = [i for i in topology.out_links[node] if topology.is_switch(links[i].dst)]
+        if len(fed_by) == 1 and len(onward) == 1:
+            groups[node] = links[onward[0]].dst
+    return groups
+
+
 def rarest_neighbours(topology: Topology) -> list[list[int]]:
     """Per node, the NPUs the "rarest" chunk policy counts as its in-neighbours, by id.
 
