@@ -723,12 +723,13 @@ def match_destinations(tight: list[list[int]], rng: random.Random) -> dict[int, 
     return {i: dst for dst, i in owner.items()}
 
 
-def _augment(tight: list[list[int]], owner: dict[int, int], uplink: int) -> bool:
-    """Give ``uplink`` a destination of ``tight[uplink]`` along an augmenting path.
+def _augment(tight: list[list[int]], owner: dict[int, int], uplink: int) -> None:
+    """Give ``uplink`` a destination of ``tight[uplink]`` along an augmenting path, if
+    there is one (``owner`` unchanged if not).
 
     ``owner`` maps each matched destination to its uplink. Depth first, in
     the order of the lists; each destination is visited once. Iterative, as
-    thousands of uplinks may enter one crossbar.
+    thousands of uplinks may enter one matching group.
     """
     visited: set[int] = set()
     stack = [(uplink, 0)]  # an uplink and the position of its next destination to try
@@ -747,8 +748,7 @@ def _augment(tight: list[list[int]], owner: dict[int, int], uplink: int) -> bool
             continue
         for along, next_position in stack:  # each uplink takes the destination it tried
             owner[tight[along][next_position - 1]] = along
-        return True
-    return False
+        return
 
 
 def rivals_deliver_all(lacking: int, capacities: list[int], holdings: list[int]) -> bool:

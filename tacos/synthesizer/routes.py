@@ -82,7 +82,7 @@ def crossbars(topology: Topology) -> list[bool]:
 
 
 def matching_groups(topology: Topology) -> list[int]:
-    """Per switch, the group its uplinks are matched in: a switch id, -1 for none.
+    """Per node, the group the uplinks into it are matched in: a switch id, -1 for none.
 
     A crossbar's uplinks are matched together (:func:`crossbars`). So are
     those into the NICs of one leaf: a NIC is a switch that one NPU feeds
