@@ -7,7 +7,8 @@ the same events, candidate links, random draws and decisions, so the same
 transfers in the same order. It is written for clarity more than for the
 last cache miss (unlike :func:`tacos.synthesizer._kernels.run_spread`, which
 serves the NPU-only topologies of tens of thousands of NPUs): its state is
-the reference's, as arrays.
+the reference's, as arrays. Its event loop (:func:`_run_instants`) runs
+without numba's reference counting, as ``run_spread``'s does.
 
 :func:`replay` is :mod:`tacos.simulate`'s replay without port limits: an
 NPU's link runs its transfers in schedule order, a switch's link serves them
@@ -50,23 +51,17 @@ NEARER = 1 - 1e-9
 _ONE = np.uint64(1)
 
 
-# ---------------------------------------------------------------- a growable event heap
-@njit(cache=True)
+# ---------------------------------------------------------------- the event heap
+@njit(cache=True, inline="always")
 def _event_push(
     times: np.ndarray, rows: np.ndarray, size: int, seq: int, t: float, kind: int, a: int, b: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Push event ``(t, seq)`` with payload ``(kind, a, b)``; returns the (maybe grown) arrays.
+) -> None:
+    """Push event ``(t, seq)`` with payload ``(kind, a, b)`` (the caller made room).
 
     Unlike :func:`tacos.synthesizer._kernels.heap_push`, an entry carries its
     payload, so memory follows the events pending, not every event ever pushed
     (tens of millions on a 4096-GPU cluster).
     """
-    if size == times.shape[0]:
-        grown_times = np.empty(2 * size + 16)
-        grown_rows = np.empty((2 * size + 16, 4), np.int64)
-        grown_times[:size] = times[:size]
-        grown_rows[:size] = rows[:size]
-        times, rows = grown_times, grown_rows
     i = size
     while i > 0:
         parent = (i - 1) >> 1
@@ -76,7 +71,6 @@ def _event_push(
         i = parent
     times[i] = t
     rows[i, 0], rows[i, 1], rows[i, 2], rows[i, 3] = seq, kind, a, b
-    return times, rows
 
 
 @njit(cache=True, inline="always")
@@ -120,14 +114,14 @@ def _look_again(
     ev_rows: np.ndarray,
     ev_size: int,
     seq: int,
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """``link`` looks again at ``at`` (unless it already will): the event heap grown."""
+) -> tuple[int, int]:
+    """``link`` looks again at ``at`` (unless it already will); the heap's new size and seq."""
     if not looking_again[link]:
         looking_again[link] = True
-        ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, at, LOOK_AGAIN, -1, link)
+        _event_push(ev_times, ev_rows, ev_size, seq, at, LOOK_AGAIN, -1, link)
         ev_size += 1
         seq += 1
-    return ev_times, ev_rows, ev_size, seq
+    return ev_size, seq
 
 
 # ---------------------------------------------------------------- chunk choice
@@ -407,9 +401,7 @@ def _soonest_takers(
     now: float,
     decision: int,
     fabric: tuple,  # type: ignore[type-arg]
-    cover_tables: tuple,  # type: ignore[type-arg]
-    cover_members: np.ndarray,
-    watch: np.ndarray,
+    covers: np.ndarray,
     groups: tuple,  # type: ignore[type-arg]
     holds: np.ndarray,
     held: np.ndarray,
@@ -417,37 +409,27 @@ def _soonest_takers(
     none_since: np.ndarray,
     free_at: np.ndarray,
     scratch: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int, np.ndarray, np.ndarray]:
+) -> tuple[int, int]:
     """The destinations the switch uplink ``link`` of NPU ``u`` brings a chunk to soonest.
 
     They are left in ``dest_pos[:ties]`` (DAG positions, in the order the
     groups list them) with their covers in ``dest_cover``; their arrivals and
     paths are known for ``decision`` (in ``arrival``, ``came_link``,
-    ``came_pred``). Returns ``ties`` (0: none takes a chunk), the new
-    ``decision`` and the cover tables (grown when the link is first grouped).
+    ``came_pred``). Returns ``ties`` (0: none takes a chunk) and the new
+    ``decision``.
     """
-    (dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, dag_edge_ptr, dag_edge_link,
-     dag_edge_pred, dag_of_link, link_time, near_ptr, near_nodes, near_dist,
-     dest_base) = fabric  # fmt: skip
-    (key_cut, key_cover, num_keys, covers, cover_print, cover_ptr, cover_counts, taken,
-     watch_head, marked_node) = cover_tables  # fmt: skip
-    num_groups, group_cover, group_first, group_size, group_pos, group_of_cover, witness = groups
+    dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link, link_time, dest_base = (
+        fabric
+    )
+    num_groups, group_cover, group_first, group_size, group_pos, witness = groups
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scratch
     if none_since[link] == held[u]:
-        return 0, decision, watch, cover_members
+        return 0, decision
     dag = dag_of_link[link]
     words = holds.shape[1]
     num_dests = 0
     base = dag_node_ptr[dag]
     cache = dest_base[link]
-    if num_groups[link] < 0:
-        watch, cover_members = _group_by_cover(
-            link, dag, dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, link_time,
-            near_ptr, near_nodes, near_dist, key_cut, key_cover, num_keys, covers,
-            cover_print, cover_ptr, cover_members, cover_counts, taken, watch,
-            watch_head, marked_node, dest_base, num_groups, group_cover, group_first,
-            group_size, group_pos, group_of_cover, dest_cover,
-        )  # fmt: skip
     # Every destination of a cover that lacks something u holds takes a chunk
     # (the cover of u lacks nothing u holds: u is no destination of its own).
     # The answer per (link, group) is remembered in witness[g]: a chunk that
@@ -482,7 +464,7 @@ def _soonest_takers(
                 num_dests += 1
     if not num_dests:
         none_since[link] = held[u]
-        return 0, decision, watch, cover_members
+        return 0, decision
     # Earliest arrival over the statically shortest paths (Fabric.earliest).
     decision = _new_decision(link, now, decision, stamp, arrival, came_pred, free_at, link_time)
     soonest, ties = np.inf, 0
@@ -496,7 +478,7 @@ def _soonest_takers(
         if arrival[p] == soonest:
             dest_pos[ties], dest_cover[ties] = p, dest_cover[j]
             ties += 1
-    return ties, decision, watch, cover_members
+    return ties, decision
 
 
 # ---------------------------------------------------------------- matching the uplinks of one group
@@ -673,7 +655,7 @@ def run_fabric_spread(
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
-    sender_of = np.empty(0, np.int64)
+    sender_of = np.empty(1024, np.int64)  # per transfer written (the out_* rows)
     # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
     key_cover = np.zeros((num_nodes, max_keys), np.int64)
@@ -686,27 +668,27 @@ def run_fabric_spread(
     watch = np.empty((0, 2), np.int64)
     watch_head = np.full(num_nodes, -1, np.int64)
     marked_node = np.zeros(num_nodes, np.bool_)
-    num_groups = np.full(num_links, -1, np.int64)  # -1: not grouped yet
+    num_groups = np.full(num_links, -1, np.int64)  # -1: not into a switch
     group_cover = np.empty(dest_base[-1], np.int64)  # from dest_base[link]: a group's cover,
     group_first = np.empty(dest_base[-1], np.int64)  # ... where its positions start in
     group_size = np.zeros(dest_base[-1], np.int64)  # group_pos, and how many
     group_pos = np.empty(dest_base[-1], np.int64)
     group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
-    # events
-    ev_times = np.empty(0)
-    ev_rows = np.empty((0, 4), np.int64)
+    # events: at most two pushes per link an instant (a send: its link frees, it arrives;
+    # or the link looks again), so an instant starts only with that much room
+    ev_times = np.empty(num_chunks + 3 * num_links + 16)
+    ev_rows = np.empty((ev_times.shape[0], 4), np.int64)
     ev_size = 0
     seq = 0
     for chunk in range(num_chunks):
         copies[chunk] += 1
-        ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, source_time[chunk],
-                                        AVAILABLE, chunk, source_node[chunk])  # fmt: skip
+        _event_push(ev_times, ev_rows, ev_size, seq, source_time[chunk], AVAILABLE, chunk,
+                    source_node[chunk])  # fmt: skip
         ev_size += 1
         seq += 1
     for link in range(num_links):
         if free_at[link] > 0:
-            ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, free_at[link],
-                                            LINK_FREE, -1, link)  # fmt: skip
+            _event_push(ev_times, ev_rows, ev_size, seq, free_at[link], LINK_FREE, -1, link)
             ev_size += 1
             seq += 1
     remaining = wanted
@@ -764,9 +746,13 @@ def run_fabric_spread(
     member_link = np.empty(num_links, np.int64)
     member_by = np.empty(num_links)  # when its soonest destinations get a chunk
     tight_ptr = np.zeros(num_links + 1, np.int64)
-    tight_pos = np.empty(num_links, np.int64)
-    tight_cover = np.empty(num_links, np.int64)
-    tight_node = np.empty(num_links, np.int64)
+    uplinks_of = np.zeros(num_nodes, np.int64)  # per matching group: each member's ties fit
+    for link in range(num_links):
+        if matching_of_link[link] >= 0:
+            uplinks_of[matching_of_link[link]] += 1
+    tight_pos = np.empty(max(1, uplinks_of.max()) * biggest_dag, np.int64)
+    tight_cover = np.empty(tight_pos.shape[0], np.int64)
+    tight_node = np.empty(tight_pos.shape[0], np.int64)
     owner = np.full(num_nodes, -1, np.int64)
     visited = np.zeros(num_nodes, np.int64)
     visit = 0
@@ -778,17 +764,120 @@ def run_fabric_spread(
     cover_at = np.empty(biggest_dag, np.int64)  # _ties_by_id's scratch
     matched = np.empty(num_links, np.int64)
     choices = np.empty(num_links, np.int64)
-    # what _soonest_takers reads and writes (tuples: an inlined call takes 30 arguments at most)
-    fabric_tables = (dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us, dag_edge_ptr,
-                     dag_edge_link, dag_edge_pred, dag_of_link, link_time, near_ptr, near_nodes,
-                     near_dist, dest_base)  # fmt: skip
-    cover_tables = (key_cut, key_cover, num_keys, covers, cover_print, cover_ptr, cover_counts,
-                    taken, watch_head, marked_node)  # fmt: skip
-    group_tables = (num_groups, group_cover, group_first, group_size, group_pos, group_of_cover,
-                    witness)  # fmt: skip
+    # Every link into a switch has its destinations grouped by cover before the loop, which
+    # runs without NRT and so allocates nothing (a cover made now is kept up to date as one
+    # made at first use would be: its members' gains reach it through the watch list).
+    for link in range(num_links):
+        if dag_of_link[link] >= 0:
+            watch, cover_members = _group_by_cover(
+                link, dag_of_link[link], dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us,
+                link_time, near_ptr, near_nodes, near_dist, key_cut, key_cover, num_keys, covers,
+                cover_print, cover_ptr, cover_members, cover_counts, taken, watch, watch_head,
+                marked_node, dest_base, num_groups, group_cover, group_first, group_size,
+                group_pos, group_of_cover, dest_cover,
+            )  # fmt: skip
+    max_hops = _most_hops(dag_node_ptr, dag_edge_ptr, dag_edge_pred)
+    topo = (link_src, link_dst, link_time, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
+            rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, dag_of_link, dag_node_ptr,
+            dag_nodes, matching_of_link, source_node)  # fmt: skip
+    fabric_tables = (dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link,
+                     link_time, dest_base)  # fmt: skip
+    group_tables = (num_groups, group_cover, group_first, group_size, group_pos, witness)
     scan_scratch = (stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover)
+    spread = (holds, taken, copies, free_at, arrived_by, held, gained, none_since, looking_again,
+              covers, watch, watch_head)  # fmt: skip
+    flights = (start_holds, flight_chunk, flight_row, flight_start, overtaken, late, landed)
+    matchings = (matching_free, first_uplink, last_uplink, next_uplink, member_link, member_by,
+                tight_ptr, tight_pos, tight_cover, tight_node, owner, visited, search, work_link,
+                work_pos, work_cover, work_by, cover_at, matched, choices)  # fmt: skip
+    scratch = (marked, candidates, touched, is_touched, pool, rival_cap, rival_src, only_within,
+               path)  # fmt: skip
+    state = np.array([ev_size, seq, remaining, count, decision, visit, dropped], np.int64)
+    while _run_instants(
+        topo, fabric_tables, group_tables, scan_scratch, spread, flights, matchings, scratch,
+        (ev_times, ev_rows), (out_chunk, out_link, out_start, out_end, out_dep, sender_of), state,
+        num_chunks, rarest, compare_all_up_to, index_offset, max_hops, mt, counters,
+    ):  # fmt: skip
+        # It stopped for room: enough for the next instant at least.
+        if state[_EV_SIZE] + 2 * num_links > ev_times.shape[0]:
+            ev_times = _grown(ev_times, 2 * ev_times.shape[0])
+            ev_rows = _grown_rows(ev_rows, ev_times.shape[0])
+        if state[_COUNT] + num_links * max_hops > out_chunk.shape[0]:
+            grow = 2 * out_chunk.shape[0] + num_links * max_hops
+            out_chunk = _grown(out_chunk, grow)
+            out_link = _grown(out_link, grow)
+            out_start = _grown(out_start, grow)
+            out_end = _grown(out_end, grow)
+            out_dep = _grown(out_dep, grow)
+            sender_of = _grown(sender_of, grow)
+    remaining, count, dropped = state[_REMAINING], state[_COUNT], state[_DROPPED]
+    for link in range(num_links):  # overtaken and not landed: their receivers are done
+        if overtaken[link]:
+            out_chunk[flight_row[link]] = -1
+            dropped += 1
+    if dropped:
+        count = _without_dropped(out_chunk, out_link, out_start, out_end, out_dep, count,
+                                 index_offset)  # fmt: skip
+    return (out_chunk[:count].copy(), out_link[:count].copy(), out_start[:count].copy(),
+            out_end[:count].copy(), out_dep[:count].copy(), remaining)  # fmt: skip
 
+
+_EV_SIZE, _SEQ, _REMAINING, _COUNT, _DECISION, _VISIT, _DROPPED = range(7)
+"""The event loop's counters, kept in ``state`` between its calls."""
+
+
+# Compiled without numba's reference counting (NRT), as _kernels.run_spread is: every
+# array is its caller's, and the counting on each array handed to a helper is a locked
+# update that was a quarter of the run time at 2048 GPUs. Hence nothing allocated,
+# sliced or made by numpy in here: the caller makes room before an instant starts.
+@njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # _nrt: numba's own option
+def _run_instants(
+    topo: tuple,  # type: ignore[type-arg]
+    fabric_tables: tuple,  # type: ignore[type-arg]
+    group_tables: tuple,  # type: ignore[type-arg]
+    scan_scratch: tuple,  # type: ignore[type-arg]
+    spread: tuple,  # type: ignore[type-arg]
+    flights: tuple,  # type: ignore[type-arg]
+    matchings: tuple,  # type: ignore[type-arg]
+    scratch: tuple,  # type: ignore[type-arg]
+    events: tuple,  # type: ignore[type-arg]
+    out: tuple,  # type: ignore[type-arg]
+    state: np.ndarray,
+    num_chunks: int,
+    rarest: bool,
+    compare_all_up_to: int,
+    index_offset: int,
+    max_hops: int,
+    mt: np.ndarray,
+    counters: np.ndarray,
+) -> bool:
+    """:func:`run_fabric_spread`'s event loop, instant by instant, with ``state`` its
+    counters; True when it stopped because the next instant might not fit (events
+    pending, or transfers written, as many as every link sending over the longest path)."""
+    (link_src, link_dst, link_time, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
+     rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, dag_of_link, dag_node_ptr,
+     dag_nodes, matching_of_link, source_node) = topo  # fmt: skip
+    (holds, taken, copies, free_at, arrived_by, held, gained, none_since, looking_again,
+     covers, watch, watch_head) = spread  # fmt: skip
+    start_holds, flight_chunk, flight_row, flight_start, overtaken, late, landed = flights
+    (matching_free, first_uplink, last_uplink, next_uplink, member_link, member_by,
+     tight_ptr, tight_pos, tight_cover, tight_node, owner, visited, search, work_link,
+     work_pos, work_cover, work_by, cover_at, matched, choices) = matchings  # fmt: skip
+    (marked, candidates, touched, is_touched, pool, rival_cap, rival_src, only_within,
+     path) = scratch  # fmt: skip
+    stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
+    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, _ = fabric_tables
+    ev_times, ev_rows = events
+    out_chunk, out_link, out_start, out_end, out_dep, sender_of = out
+    num_links = link_src.shape[0]
+    ev_size, seq, remaining = state[_EV_SIZE], state[_SEQ], state[_REMAINING]
+    count, decision, visit = state[_COUNT], state[_DECISION], state[_VISIT]
+    dropped = state[_DROPPED]
     while ev_size > 0 and remaining > 0:
+        if ev_size + 2 * num_links > ev_times.shape[0] or (
+            count + num_links * max_hops > out_chunk.shape[0]
+        ):
+            break
         now = ev_times[0]
         num_candidates = 0
         num_touched = 0
@@ -857,7 +946,8 @@ def run_fabric_spread(
                     marked[link] = True
                     candidates[num_candidates] = link
                     num_candidates += 1
-        order = np.sort(candidates[:num_candidates])
+        heapsort(candidates, num_candidates)
+        order = candidates
         kept = 0
         for i in range(num_candidates):
             marked[order[i]] = False
@@ -891,16 +981,12 @@ def run_fabric_spread(
                 num_members = 0
                 lk = first_uplink[matching]
                 while lk >= 0:
-                    ties, decision, watch, cover_members = _soonest_takers(
-                        lk, link_src[lk], now, decision, fabric_tables, cover_tables,
-                        cover_members, watch, group_tables, holds, held, gained, none_since,
+                    ties, decision = _soonest_takers(
+                        lk, link_src[lk], now, decision, fabric_tables, covers, group_tables,
+                        holds, held, gained, none_since,
                         free_at, scan_scratch,
                     )  # fmt: skip
                     first = tight_ptr[num_members]
-                    if first + ties > tight_pos.shape[0]:
-                        tight_pos = _grown(tight_pos, 2 * (first + ties))
-                        tight_cover = _grown(tight_cover, 2 * (first + ties))
-                        tight_node = _grown(tight_node, 2 * (first + ties))
                     base = dag_node_ptr[dag_of_link[lk]]
                     _ties_by_id(ties, dest_pos, dest_cover, cover_at)
                     for r in range(ties):
@@ -928,7 +1014,7 @@ def run_fabric_spread(
                             wake = min(wake, free_at[work_link[x]])
                         wake = now if w == 0 else wake
                     if wake > now:
-                        ev_times, ev_rows, ev_size, seq = _look_again(
+                        ev_size, seq = _look_again(
                             link, wake, looking_again, ev_times, ev_rows, ev_size, seq
                         )
                         continue
@@ -954,7 +1040,7 @@ def run_fabric_spread(
                         overtaking = settle_overtakes(v, chosen_chunk, late, slow_in_ptr, slow_in,
                                                       flight_chunk, overtaken, taken)  # fmt: skip
                     if again >= 0:
-                        ev_times, ev_rows, ev_size, seq = _look_again(
+                        ev_size, seq = _look_again(
                             link, again, looking_again, ev_times, ev_rows, ev_size, seq
                         )
                         continue
@@ -977,9 +1063,9 @@ def run_fabric_spread(
                         if arrival[forced] <= work_by[w]:
                             best_p, best_cover = forced, work_cover[w]
                     if best_p < 0:
-                        ties, decision, watch, cover_members = _soonest_takers(
-                            link, u, now, decision, fabric_tables, cover_tables,
-                            cover_members, watch, group_tables, holds, held, gained, none_since,
+                        ties, decision = _soonest_takers(
+                            link, u, now, decision, fabric_tables, covers, group_tables,
+                            holds, held, gained, none_since,
                             free_at, scan_scratch,
                         )  # fmt: skip
                         if ties:  # the reference draws among them in id order
@@ -1008,13 +1094,6 @@ def run_fabric_spread(
                     continue
                 # Send it (the reference's _send): book every hop, the first frees the link.
                 chunk = chosen_chunk
-                if count + hops > out_chunk.shape[0]:
-                    grow = 2 * out_chunk.shape[0] + hops
-                    out_chunk = _grown(out_chunk, grow)
-                    out_link = _grown(out_link, grow)
-                    out_start = _grown(out_start, grow)
-                    out_end = _grown(out_end, grow)
-                    out_dep = _grown(out_dep, grow)
                 dep = -2 - chunk if source_node[chunk] == u else arrived_by[u, chunk]
                 ready = now
                 for h in range(hops):
@@ -1023,20 +1102,16 @@ def run_fabric_spread(
                     ready = start + link_time[lk]
                     free_at[lk] = ready
                     if h == 0:
-                        ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready,
-                                                        LINK_FREE, -1, lk)  # fmt: skip
+                        _event_push(ev_times, ev_rows, ev_size, seq, ready, LINK_FREE, -1, lk)
                         ev_size += 1
                         seq += 1
                     out_chunk[count], out_link[count] = chunk, lk
                     out_start[count], out_end[count], out_dep[count] = start, ready, dep
                     dep = count + index_offset
                     count += 1
-                ev_times, ev_rows = _event_push(ev_times, ev_rows, ev_size, seq, ready, ARRIVED,
-                                                count - 1, v)  # fmt: skip
+                _event_push(ev_times, ev_rows, ev_size, seq, ready, ARRIVED, count - 1, v)
                 ev_size += 1
                 seq += 1
-                if count > sender_of.shape[0]:
-                    sender_of = _grown(sender_of, 2 * count)
                 sender_of[count - 1] = u
                 taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
                 _cover_gain(v, chunk, covers, watch, watch_head)
@@ -1044,19 +1119,39 @@ def run_fabric_spread(
                     copies[chunk] += 1
                 if hops == 1 and rival_slot[link] >= 0:  # faster links may overtake it
                     flight_chunk[link], flight_row[link], flight_start[link] = chunk, count - 1, now
-                    start_holds[rival_slot[link]] = holds[u]
+                    for wd in range(holds.shape[1]):  # (a row copy: no slices here)
+                        start_holds[rival_slot[link], wd] = holds[u, wd]
         for i in range(kept):
             if matching_of_link[order[i]] >= 0:
                 matching_free[matching_of_link[order[i]]] = 0
-    for link in range(num_links):  # overtaken and not landed: their receivers are done
-        if overtaken[link]:
-            out_chunk[flight_row[link]] = -1
-            dropped += 1
-    if dropped:
-        count = _without_dropped(out_chunk, out_link, out_start, out_end, out_dep, count,
-                                 index_offset)  # fmt: skip
-    return (out_chunk[:count].copy(), out_link[:count].copy(), out_start[:count].copy(),
-            out_end[:count].copy(), out_dep[:count].copy(), remaining)  # fmt: skip
+    state[_EV_SIZE], state[_SEQ], state[_REMAINING] = ev_size, seq, remaining
+    state[_COUNT], state[_DECISION], state[_VISIT] = count, decision, visit
+    state[_DROPPED] = dropped
+    return ev_size > 0 and remaining > 0
+
+
+@njit(cache=True)
+def _most_hops(
+    dag_node_ptr: np.ndarray, dag_edge_ptr: np.ndarray, dag_edge_pred: np.ndarray
+) -> int:
+    """The most links a path through a fabric DAG takes, the uplink into it included."""
+    depth = np.zeros(dag_node_ptr[-1], np.int64)
+    most = 1
+    for d in range(dag_node_ptr.shape[0] - 1):
+        base = dag_node_ptr[d]
+        for p in range(1, dag_node_ptr[d + 1] - base):
+            for e in range(dag_edge_ptr[base + p], dag_edge_ptr[base + p + 1]):
+                depth[base + p] = max(depth[base + p], depth[base + dag_edge_pred[e]] + 1)
+            most = max(most, depth[base + p] + 1)
+    return most
+
+
+@njit(cache=True)
+def _grown_rows(rows: np.ndarray, size: int) -> np.ndarray:
+    """``rows`` (a 2-D array) with room for ``size`` rows."""
+    grown = np.empty((size, rows.shape[1]), rows.dtype)
+    grown[: rows.shape[0]] = rows
+    return grown
 
 
 @njit(cache=True)
