@@ -674,8 +674,7 @@ def run_fabric_spread(
     group_size = np.zeros(dest_base[-1], np.int64)  # group_pos, and how many
     group_pos = np.empty(dest_base[-1], np.int64)
     group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
-    # events: at most two pushes per link an instant (a send: its link frees, it arrives;
-    # or the link looks again), so an instant starts only with that much room
+    # events: room for the sources, busy links and one instant (_short_of_room)
     ev_times = np.empty(num_chunks + 3 * num_links + 16)
     ev_rows = np.empty((ev_times.shape[0], 4), np.int64)
     ev_size = 0
@@ -799,10 +798,14 @@ def run_fabric_spread(
         num_chunks, rarest, compare_all_up_to, index_offset, max_hops, mt, counters,
     ):  # fmt: skip
         # It stopped for room: enough for the next instant at least.
-        if state[_EV_SIZE] + 2 * num_links > ev_times.shape[0]:
+        events_short, rows_short = _short_of_room(
+            state[_EV_SIZE], ev_times.shape[0], state[_COUNT], out_chunk.shape[0], num_links,
+            max_hops,
+        )  # fmt: skip
+        if events_short:
             ev_times = _grown(ev_times, 2 * ev_times.shape[0])
-            ev_rows = _grown_rows(ev_rows, ev_times.shape[0])
-        if state[_COUNT] + num_links * max_hops > out_chunk.shape[0]:
+            ev_rows = _grown(ev_rows, ev_times.shape[0])
+        if rows_short:
             grow = 2 * out_chunk.shape[0] + num_links * max_hops
             out_chunk = _grown(out_chunk, grow)
             out_link = _grown(out_link, grow)
@@ -824,6 +827,16 @@ def run_fabric_spread(
 
 _EV_SIZE, _SEQ, _REMAINING, _COUNT, _DECISION, _VISIT, _DROPPED = range(7)
 """The event loop's counters, kept in ``state`` between its calls."""
+
+
+@njit(cache=True, inline="always")
+def _short_of_room(
+    ev_size: int, ev_room: int, count: int, rows_room: int, num_links: int, max_hops: int
+) -> tuple[bool, bool]:
+    """Whether the event heap, and the transfer rows, might overflow in the next instant:
+    in one, each link pushes at most two events (a send: its link frees, it arrives; or
+    it looks again) and writes at most ``max_hops`` rows."""
+    return ev_size + 2 * num_links > ev_room, count + num_links * max_hops > rows_room
 
 
 # Compiled without numba's reference counting (NRT), as _kernels.run_spread is: every
@@ -874,9 +887,10 @@ def _run_instants(
     count, decision, visit = state[_COUNT], state[_DECISION], state[_VISIT]
     dropped = state[_DROPPED]
     while ev_size > 0 and remaining > 0:
-        if ev_size + 2 * num_links > ev_times.shape[0] or (
-            count + num_links * max_hops > out_chunk.shape[0]
-        ):
+        events_short, rows_short = _short_of_room(
+            ev_size, ev_times.shape[0], count, out_chunk.shape[0], num_links, max_hops
+        )
+        if events_short or rows_short:
             break
         now = ev_times[0]
         num_candidates = 0
@@ -1147,14 +1161,6 @@ def _most_hops(
 
 
 @njit(cache=True)
-def _grown_rows(rows: np.ndarray, size: int) -> np.ndarray:
-    """``rows`` (a 2-D array) with room for ``size`` rows."""
-    grown = np.empty((size, rows.shape[1]), rows.dtype)
-    grown[: rows.shape[0]] = rows
-    return grown
-
-
-@njit(cache=True)
 def _without_dropped(
     out_chunk: np.ndarray,
     out_link: np.ndarray,
@@ -1186,7 +1192,7 @@ def _without_dropped(
 @njit(cache=True)
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
     """``array`` copied into a new array of ``size`` rows."""
-    grown = np.empty(size, array.dtype)
+    grown = np.empty((size,) + array.shape[1:], array.dtype)
     grown[: array.shape[0]] = array
     return grown
 
