@@ -407,16 +407,18 @@ def _soonest_takers(
     held: np.ndarray,
     gained: np.ndarray,
     none_since: np.ndarray,
+    owned: tuple,  # type: ignore[type-arg]
     free_at: np.ndarray,
     scratch: tuple,  # type: ignore[type-arg]
-) -> tuple[int, int]:
+) -> tuple[int, int, bool]:
     """The destinations the switch uplink ``link`` of NPU ``u`` brings a chunk to soonest.
 
     They are left in ``dest_pos[:ties]`` (DAG positions, in the order the
     groups list them) with their covers in ``dest_cover``; their arrivals and
     paths are known for ``decision`` (in ``arrival``, ``came_link``,
-    ``came_pred``). Returns ``ties`` (0: none takes a chunk) and the new
-    ``decision``.
+    ``came_pred``). Only destinations lacking one of ``u``'s own chunks count
+    when there are any (the reference's ``_takers``). Returns ``ties`` (0: none
+    takes a chunk), the new ``decision`` and whether ``u`` sends an own chunk.
     """
     dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link, link_time, dest_base = (
         fabric
@@ -424,7 +426,10 @@ def _soonest_takers(
     num_groups, group_cover, group_first, group_size, group_pos, witness = groups
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scratch
     if none_since[link] == held[u]:
-        return 0, decision
+        return 0, decision, False
+    own, own_held, own_none_since, own_first_word, own_last_word = owned
+    ask_own = own_held[u] > 0 and own_none_since[link] != own_held[u]
+    own_mode = False
     dag = dag_of_link[link]
     words = holds.shape[1]
     num_dests = 0
@@ -457,14 +462,21 @@ def _soonest_takers(
                     break
         if not takes:
             witness[g] = -2 - held[u]
+        if takes and ask_own:
+            lacks_own = _lacks_own(own, u, own_first_word, own_last_word, covers, cover)
+            if lacks_own and not own_mode:  # from now on only such groups count
+                own_mode, num_dests = True, 0
+            takes = lacks_own or not own_mode
         if takes:
             for k in range(group_first[g], group_first[g] + group_size[g]):
                 dest_pos[num_dests] = group_pos[k]
                 dest_cover[num_dests] = cover
                 num_dests += 1
+    if ask_own and not own_mode:
+        own_none_since[link] = own_held[u]
     if not num_dests:
         none_since[link] = held[u]
-        return 0, decision
+        return 0, decision, False
     # Earliest arrival over the statically shortest paths (Fabric.earliest).
     decision = _new_decision(link, now, decision, stamp, arrival, came_pred, free_at, link_time)
     soonest, ties = np.inf, 0
@@ -478,7 +490,46 @@ def _soonest_takers(
         if arrival[p] == soonest:
             dest_pos[ties], dest_cover[ties] = p, dest_cover[j]
             ties += 1
-    return ties, decision
+    return ties, decision, own_mode
+
+
+@njit(cache=True, inline="always")
+def _lacks_own(
+    own: np.ndarray,
+    u: int,
+    own_first_word: np.ndarray,
+    own_last_word: np.ndarray,
+    covers: np.ndarray,
+    cover: int,
+) -> bool:
+    """Whether ``cover`` lacks one of the chunks ``u`` is the source of and holds (``own``;
+    they lie in its words ``own_first_word[u]..own_last_word[u]``)."""
+    for w in range(own_first_word[u], own_last_word[u] + 1):
+        if own[u, w] & ~covers[cover, w]:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _sends_own(
+    link: int,
+    u: int,
+    owned: tuple,  # type: ignore[type-arg]
+    covers: np.ndarray,
+    num_groups: np.ndarray,
+    group_cover: np.ndarray,
+    dest_base: np.ndarray,
+) -> bool:
+    """Whether the switch uplink ``link`` of ``u`` sends an own chunk now: some cover of its
+    destinations lacks one (as :func:`_soonest_takers` finds while it scans)."""
+    own, own_held, own_none_since, own_first_word, own_last_word = owned
+    if own_held[u] == 0 or own_none_since[link] == own_held[u]:
+        return False
+    for g in range(dest_base[link], dest_base[link] + num_groups[link]):
+        if _lacks_own(own, u, own_first_word, own_last_word, covers, group_cover[g]):
+            return True
+    own_none_since[link] = own_held[u]
+    return False
 
 
 # ---------------------------------------------------------------- matching the uplinks of one group
@@ -496,12 +547,14 @@ def match_destinations(
     num_members: int,
     member_link: np.ndarray,
     member_by: np.ndarray,
+    member_own: np.ndarray,
     tight_ptr: np.ndarray,
     tight_node: np.ndarray,
     tight_pos: np.ndarray,
     tight_cover: np.ndarray,
     link_src: np.ndarray,
     holds: np.ndarray,
+    own: np.ndarray,
     covers: np.ndarray,
     owner: np.ndarray,
     visited: np.ndarray,
@@ -522,12 +575,12 @@ def match_destinations(
     ``tight_node[tight_ptr[j]:tight_ptr[j + 1]]`` (ascending ids). Each takes
     one nobody has taken at random, or else one along an augmenting path
     (:func:`tacos.synthesizer.greedy._augment`). The work list is the matched
-    uplinks, fewest chunks for their destination first (then in member
-    order), with their destination's DAG position, its cover and when it
-    would get the chunk (``member_by``: later is too late), then the
-    unmatched uplinks that had destinations, with position ``WAIT``. ``owner`` is
-    all -1 before and after; ``matched`` and ``choices`` are scratch. Returns
-    the work list's length and ``visit``.
+    uplinks, fewest chunks for their destination first (of their own chunks
+    where ``member_own``; then in member order), with their destination's
+    DAG position, its cover and when it would get the chunk (``member_by``:
+    later is too late), then the unmatched uplinks that had destinations, with
+    position ``WAIT``. ``owner`` is all -1 before and after; ``matched`` and
+    ``choices`` are scratch. Returns the work list's length and ``visit``.
     """
     for j in range(num_members):
         lo, hi = tight_ptr[j], tight_ptr[j + 1]
@@ -572,7 +625,8 @@ def match_destinations(
     for j in range(num_members):
         k = matched[j]
         if k >= 0:
-            options = _lacking(holds, link_src[member_link[j]], covers, tight_cover[k])
+            sent = own if member_own[j] else holds
+            options = _lacking(sent, link_src[member_link[j]], covers, tight_cover[k])
             choices[num_matched] = options * num_members + j
             num_matched += 1
     num_work = 0
@@ -728,6 +782,21 @@ def run_fabric_spread(
     none_since = np.full(num_links, -1, np.int64)
     gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
+    # own chunks first (the reference's _takers), for NPUs with one link out: per node the
+    # chunks it is the source of and holds, how many, and the words they lie in (none: -1);
+    # per link into a switch, own_held[u] when no cover lacked one of them (none will until
+    # u gains another)
+    own = np.zeros((num_nodes, words), np.uint64)
+    own_held = np.zeros(num_nodes, np.int64)
+    own_first_word = np.full(num_nodes, words, np.int64)
+    own_last_word = np.full(num_nodes, -1, np.int64)
+    for chunk in range(num_chunks):
+        node = source_node[chunk]
+        if first_ptr[node + 1] - first_ptr[node] == 1:
+            own_first_word[node] = min(own_first_word[node], chunk >> 6)
+            own_last_word[node] = max(own_last_word[node], chunk >> 6)
+    own_none_since = np.full(num_links, -1, np.int64)
+    owned = (own, own_held, own_none_since, own_first_word, own_last_word)
     # overtaking (see _kernels.find_overtakes); a dropped transfer's chunk becomes -1
     start_holds = np.zeros((int(np.count_nonzero(rival_slot >= 0)), words), np.uint64)
     flight_chunk = np.full(num_links, -1, np.int64)
@@ -744,6 +813,7 @@ def run_fabric_spread(
     next_uplink = np.empty(num_links, np.int64)  # per free uplink, the next of its matching group
     member_link = np.empty(num_links, np.int64)
     member_by = np.empty(num_links)  # when its soonest destinations get a chunk
+    member_own = np.zeros(num_links, np.bool_)  # whether it sends an own chunk
     tight_ptr = np.zeros(num_links + 1, np.int64)
     uplinks_of = np.zeros(num_nodes, np.int64)  # per matching group: each member's ties fit
     for link in range(num_links):
@@ -787,15 +857,17 @@ def run_fabric_spread(
               covers, watch, watch_head)  # fmt: skip
     flights = (start_holds, flight_chunk, flight_row, flight_start, overtaken, late, landed)
     matchings = (matching_free, first_uplink, last_uplink, next_uplink, member_link, member_by,
-                tight_ptr, tight_pos, tight_cover, tight_node, owner, visited, search, work_link,
-                work_pos, work_cover, work_by, cover_at, matched, choices)  # fmt: skip
+                member_own, tight_ptr, tight_pos, tight_cover, tight_node, owner, visited,
+                search, work_link, work_pos, work_cover, work_by, cover_at, matched,
+                choices)  # fmt: skip
     scratch = (marked, candidates, touched, is_touched, pool, rival_cap, rival_src, only_within,
                path)  # fmt: skip
     state = np.array([ev_size, seq, remaining, count, decision, visit, dropped], np.int64)
     while _run_instants(
-        topo, fabric_tables, group_tables, scan_scratch, spread, flights, matchings, scratch,
-        (ev_times, ev_rows), (out_chunk, out_link, out_start, out_end, out_dep, sender_of), state,
-        num_chunks, rarest, compare_all_up_to, index_offset, max_hops, mt, counters,
+        topo, fabric_tables, group_tables, scan_scratch, spread, owned, flights, matchings,
+        scratch, (ev_times, ev_rows),
+        (out_chunk, out_link, out_start, out_end, out_dep, sender_of), state, num_chunks,
+        rarest, compare_all_up_to, index_offset, max_hops, mt, counters,
     ):  # fmt: skip
         # It stopped for room: enough for the next instant at least.
         events_short, rows_short = _short_of_room(
@@ -850,6 +922,7 @@ def _run_instants(
     group_tables: tuple,  # type: ignore[type-arg]
     scan_scratch: tuple,  # type: ignore[type-arg]
     spread: tuple,  # type: ignore[type-arg]
+    owned: tuple,  # type: ignore[type-arg]
     flights: tuple,  # type: ignore[type-arg]
     matchings: tuple,  # type: ignore[type-arg]
     scratch: tuple,  # type: ignore[type-arg]
@@ -874,12 +947,13 @@ def _run_instants(
      covers, watch, watch_head) = spread  # fmt: skip
     start_holds, flight_chunk, flight_row, flight_start, overtaken, late, landed = flights
     (matching_free, first_uplink, last_uplink, next_uplink, member_link, member_by,
-     tight_ptr, tight_pos, tight_cover, tight_node, owner, visited, search, work_link,
-     work_pos, work_cover, work_by, cover_at, matched, choices) = matchings  # fmt: skip
+     member_own, tight_ptr, tight_pos, tight_cover, tight_node, owner, visited, search,
+     work_link, work_pos, work_cover, work_by, cover_at, matched, choices) = matchings  # fmt: skip
+    own, own_held, _, _, own_last_word = owned
     (marked, candidates, touched, is_touched, pool, rival_cap, rival_src, only_within,
      path) = scratch  # fmt: skip
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
-    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, _ = fabric_tables
+    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base = fabric_tables
     ev_times, ev_rows = events
     out_chunk, out_link, out_start, out_end, out_dep, sender_of = out
     num_links = link_src.shape[0]
@@ -911,6 +985,9 @@ def _run_instants(
             if kind == AVAILABLE:
                 node, chunk = b, a
                 taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+                if own_last_word[node] >= 0:  # it sends own chunks first
+                    own[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+                    own_held[node] += 1
                 _cover_gain(node, chunk, covers, watch, watch_head)
             else:
                 num_touched = touch(sender_of[a], is_touched, touched, num_touched)
@@ -995,9 +1072,9 @@ def _run_instants(
                 num_members = 0
                 lk = first_uplink[matching]
                 while lk >= 0:
-                    ties, decision = _soonest_takers(
+                    ties, decision, sends_own = _soonest_takers(
                         lk, link_src[lk], now, decision, fabric_tables, covers, group_tables,
-                        holds, held, gained, none_since,
+                        holds, held, gained, none_since, owned,
                         free_at, scan_scratch,
                     )  # fmt: skip
                     first = tight_ptr[num_members]
@@ -1009,13 +1086,15 @@ def _run_instants(
                         tight_node[first + r] = dag_nodes[base + dest_pos[r]]
                     member_link[num_members] = lk
                     member_by[num_members] = arrival[dest_pos[0]] if ties else 0.0
+                    member_own[num_members] = sends_own
                     num_members += 1
                     tight_ptr[num_members] = first + ties
                     lk = next_uplink[lk]
                 num_work, visit = match_destinations(
-                    num_members, member_link, member_by, tight_ptr, tight_node, tight_pos,
-                    tight_cover, link_src, holds, covers, owner, visited, visit, search,
-                    work_link, work_pos, work_cover, work_by, matched, choices, mt, counters,
+                    num_members, member_link, member_by, member_own, tight_ptr, tight_node,
+                    tight_pos, tight_cover, link_src, holds, own, covers, owner, visited, visit,
+                    search, work_link, work_pos, work_cover, work_by, matched, choices, mt,
+                    counters,
                 )  # fmt: skip
                 matching_free[matching] = -1
             wake = -1.0  # when an unmatched uplink looks again: the first matched one frees
@@ -1068,7 +1147,11 @@ def _run_instants(
                     base = dag_node_ptr[dag]
                     best_p, best_cover = -1, -1
                     forced = work_pos[w]
-                    if forced >= 0 and _lacking(holds, u, covers, work_cover[w]) > 0:
+                    sends_own = forced >= 0 and _sends_own(
+                        link, u, owned, covers, group_tables[0], group_tables[1], dest_base
+                    )
+                    sent = own if sends_own else holds
+                    if forced >= 0 and _lacking(sent, u, covers, work_cover[w]) > 0:
                         decision = _new_decision(link, now, decision, stamp, arrival, came_pred,
                                                  free_at, link_time)  # fmt: skip
                         _arrive(forced, base, decision, stamp, arrival, came_link, came_pred, stack,
@@ -1077,9 +1160,9 @@ def _run_instants(
                         if arrival[forced] <= work_by[w]:
                             best_p, best_cover = forced, work_cover[w]
                     if best_p < 0:
-                        ties, decision = _soonest_takers(
+                        ties, decision, sends_own = _soonest_takers(
                             link, u, now, decision, fabric_tables, covers, group_tables,
-                            holds, held, gained, none_since,
+                            holds, held, gained, none_since, owned,
                             free_at, scan_scratch,
                         )  # fmt: skip
                         if ties:  # the reference draws among them in id order
@@ -1090,7 +1173,8 @@ def _run_instants(
                             best_p, best_cover = dest_pos[pick], dest_cover[pick]
                     if best_p >= 0:
                         v = dag_nodes[base + best_p]
-                        chosen_chunk = pick_chunk(holds, u, v, covers, best_cover, holds,
+                        chosen_chunk = pick_chunk(own if sends_own else holds, u, v, covers,
+                                                  best_cover, holds,
                                                   inbr_ptr, inbrs, copies, rarest,
                                                   compare_all_up_to, pool, mt,
                                                   counters)  # fmt: skip
