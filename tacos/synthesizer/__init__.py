@@ -44,11 +44,14 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
+from tacos.synthesizer.attempts import fastest_attempt
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
+from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 
 SYNTHESIZER_NAME = "tacos-greedy"
 ProgressCallback = Callable[[int, int], None]
@@ -226,14 +229,17 @@ def _synthesize_tacos(
             progress(done, total)
 
     rng = random.Random(seed)
-    transfers: Sequence[Transfer]
-    if chosen == "fast":
-        transfers = fast_transfers(
-            topology, tenants.specs[0], FastSettings(rng, policy, on_delivery)
-        )
-    else:
-        settings = Settings(rng, policy, sends_in_flight, on_delivery)
-        transfers = synthesize_transfers(topology, tenants, settings)
+
+    def build(own_first: bool, reports: bool) -> Sequence[Transfer]:
+        delivery = on_delivery if reports else None
+        if chosen == "fast":
+            fast = FastSettings(rng, policy, delivery, own_first)
+            return fast_transfers(topology, tenants.specs[0], fast)
+        settings = Settings(rng, policy, sends_in_flight, delivery, own_first)
+        return synthesize_transfers(topology, tenants, settings)
+
+    own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
+    transfers = fastest_attempt(own_first_choices, rng, build, _finish_us)
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,
@@ -251,6 +257,13 @@ def _synthesize_tacos(
         group_meta = {**meta, "tenant": group, "tenants": len(tenants.specs)}
         schedules.append(Schedule(topology, spec, local, group_meta))
     return schedules
+
+
+def _finish_us(transfers: Sequence[Transfer]) -> float:
+    """When the last of ``transfers`` ends."""
+    if isinstance(transfers, TransferTable):
+        return float(transfers.end.max(initial=0.0))
+    return max((t.end for t in transfers), default=0.0)
 
 
 def _choose_engine(

@@ -677,6 +677,7 @@ def run_fabric_spread(
     dag_path_us: np.ndarray,
     dest_base: np.ndarray,
     matching_of_link: np.ndarray,
+    sends_own_first: np.ndarray,
     # the spread
     num_chunks: int,
     source_node: np.ndarray,
@@ -782,7 +783,7 @@ def run_fabric_spread(
     none_since = np.full(num_links, -1, np.int64)
     gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
-    # own chunks first (the reference's _takers), for NPUs with one link out: per node the
+    # own chunks first (the reference's _takers), for sends_own_first NPUs: per node the
     # chunks it is the source of and holds, how many, and the words they lie in (none: -1);
     # per link into a switch, own_held[u] when no cover lacked one of them (none will until
     # u gains another)
@@ -792,7 +793,7 @@ def run_fabric_spread(
     own_last_word = np.full(num_nodes, -1, np.int64)
     for chunk in range(num_chunks):
         node = source_node[chunk]
-        if first_ptr[node + 1] - first_ptr[node] == 1:
+        if sends_own_first[node]:
             own_first_word[node] = min(own_first_word[node], chunk >> 6)
             own_last_word[node] = max(own_last_word[node], chunk >> 6)
     own_none_since = np.full(num_links, -1, np.int64)

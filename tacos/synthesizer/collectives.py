@@ -33,8 +33,9 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
+from tacos.synthesizer.attempts import fastest_attempt
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
-from tacos.synthesizer.ownership import fastest_layout, owner_layouts
+from tacos.synthesizer.ownership import owner_layouts
 from tacos.synthesizer.timing import prune, renumber, retime_asap, shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
@@ -113,12 +114,14 @@ class Tenants:
 
 @dataclass(frozen=True)
 class Settings:
-    """How to run the greedy: tie-breaking, chunk policy, NPU port limit, progress."""
+    """How to run the greedy: tie-breaking, chunk policy, NPU port limit, progress, and
+    whether hosts with one uplink send their own chunks first (:mod:`.attempts`)."""
 
     rng: random.Random
     policy: ChunkPolicy = "rarest"
     sends_in_flight: int | None = None
     on_delivery: DeliveryCallback | None = None
+    own_first: bool = True
 
 
 def synthesize_transfers(
@@ -176,7 +179,7 @@ def _reduce_by_mirroring(
 def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> list[Transfer]:
     """The faster All-Reduce of the owner layouts worth trying (:func:`.owner_layouts`)."""
     quiet = replace(settings, on_delivery=None)
-    return fastest_layout(
+    return fastest_attempt(
         owner_layouts(topology, tenants.specs),
         settings.rng,
         lambda owners, reports: _all_reduce_owned(
@@ -243,6 +246,7 @@ def _spread(
         index_offset=len(earlier),
         on_delivery=settings.on_delivery,
         sends_in_flight=settings.sends_in_flight,
+        own_first=settings.own_first,
     )
     combined = [*earlier, *spread]
     in_order = renumber(

@@ -50,6 +50,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
+from tacos.synthesizer.attempts import fastest_attempt
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import (
     MAX_RIVALS,
@@ -57,7 +58,7 @@ from tacos.synthesizer.greedy import (
     ChunkPolicy,
     DeliveryCallback,
 )
-from tacos.synthesizer.ownership import collective_owners, fastest_layout, owner_layouts
+from tacos.synthesizer.ownership import collective_owners, owner_layouts
 from tacos.synthesizer.routes import rarest_neighbours
 from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
@@ -347,6 +348,7 @@ class FastSettings:
     rng: random.Random
     policy: ChunkPolicy = "rarest"
     on_delivery: DeliveryCallback | None = None
+    own_first: bool = True
 
 
 def fast_transfers(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
@@ -423,6 +425,7 @@ def _fabric_spread(
     spread = fabric_spread(
         topology, sources.node, sources.time, sources.deps_ptr, sources.deps, spec.chunk_bytes,
         settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
+        own_first=settings.own_first,
     )  # fmt: skip
     if settings.on_delivery:
         settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)
@@ -509,7 +512,7 @@ def _reduce_scatter(
 def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
     """The faster All-Reduce of the owner layouts worth trying, as the reference does."""
     quiet = replace(settings, on_delivery=None)
-    return fastest_layout(
+    return fastest_attempt(
         owner_layouts(topology, [spec]),
         settings.rng,
         lambda owners, reports: _all_reduce_owned(

@@ -21,7 +21,12 @@ from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
-from tacos.synthesizer.routes import Fabric, matching_groups, rarest_neighbours
+from tacos.synthesizer.routes import (
+    Fabric,
+    matching_groups,
+    one_uplink_hosts,
+    rarest_neighbours,
+)
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -49,6 +54,8 @@ class FabricArrays:
     * ``matching_of_link``: per link with routes into a switch, its matching group
       (:func:`~tacos.synthesizer.routes.matching_groups`); -1 for the others.
       The free uplinks of one group are matched together.
+    * ``one_uplink``: per node, a host whose only link out leads into a switch
+      (:func:`~tacos.synthesizer.routes.one_uplink_hosts`).
     """
 
     link_src: np.ndarray
@@ -78,6 +85,7 @@ class FabricArrays:
     dag_path_us: np.ndarray
     dest_base: np.ndarray
     matching_of_link: np.ndarray
+    one_uplink: np.ndarray
 
     @classmethod
     def of(cls, topology: Topology, chunk_bytes: int) -> FabricArrays:
@@ -120,11 +128,12 @@ class FabricArrays:
         np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
         matching_of_node = np.asarray(matching_groups(topology), np.int64)
         matching_of_link = np.where(dag_of_link >= 0, matching_of_node[link_dst], -1)
+        one_uplink = np.asarray(one_uplink_hosts(topology), np.bool_)
         return cls(
             link_src, link_dst, times, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
             rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, near_ptr,
             near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu, edge_ptr,
-            edge_links, edge_preds, path_us, dest_base, matching_of_link,
+            edge_links, edge_preds, path_us, dest_base, matching_of_link, one_uplink,
         )  # fmt: skip
 
 
@@ -155,6 +164,7 @@ def fabric_spread(
     *,
     link_free_at: np.ndarray | None = None,
     index_offset: int = 0,
+    own_first: bool = True,
 ) -> TransferTable:
     """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU.
 
@@ -173,7 +183,7 @@ def fabric_spread(
         arrays.near_ptr, arrays.near_nodes, arrays.near_dist, arrays.max_keys, arrays.dag_of_link,
         arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
-        arrays.matching_of_link, num_chunks,
+        arrays.matching_of_link, arrays.one_uplink & own_first, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
         np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
         policy == "rarest", RAREST_COMPARE_ALL, index_offset, random_state.mt,

@@ -93,6 +93,7 @@ from tacos.synthesizer.routes import (
     Route,
     faster_rivals,
     matching_groups,
+    one_uplink_hosts,
     rarest_neighbours,
     routes_from,
 )
@@ -136,6 +137,7 @@ def greedy_spread(
     index_offset: int = 0,
     on_delivery: DeliveryCallback | None = None,
     sends_in_flight: int | None = None,
+    own_first: bool = True,
 ) -> list[Transfer]:
     """Spread chunks until every node holds the chunks it wants.
 
@@ -152,13 +154,17 @@ def greedy_spread(
         on_delivery: called with how many wanted chunks arrived at each event.
         sends_in_flight: at most this many messages outstanding per NPU (a message
             holds its sender's port until it arrives); None for no limit.
+        own_first: whether a host with one uplink sends its own chunks first
+            (:meth:`_SpreadState._takers`).
 
     Returns:
         Transfers in the order they were decided (dependencies first; sort by
         start time for link order). Relays may have received chunks nobody
         ended up needing; see :func:`tacos.synthesizer.timing.prune`.
     """
-    state = _SpreadState(topology, list(sources), wants, chunk_bytes, rng, policy, index_offset)
+    state = _SpreadState(
+        topology, list(sources), wants, chunk_bytes, rng, policy, index_offset, own_first
+    )
     state.ports = sends_in_flight
     for link_id, free_at in enumerate(link_free_at or ()):
         if free_at > 0:
@@ -203,6 +209,7 @@ class _SpreadState:
         rng: random.Random,
         policy: ChunkPolicy,
         index_offset: int,
+        own_first: bool,
     ) -> None:
         self.topology = topology
         self.wants = wants
@@ -218,7 +225,7 @@ class _SpreadState:
         self.remaining = sum(w.bit_count() for w in wants)
         self.transfers: list[Transfer] = []
         self.source_deps: dict[tuple[int, int], tuple[int, ...]] = {}
-        self.own_first = [0] * n  # per NPU with one link out: the chunks it is a source of
+        self.own_first = [0] * n  # per host sending its own chunks first: those chunks
         self.arrived_by: dict[tuple[int, int], int] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
         self._order = 0
@@ -259,10 +266,11 @@ class _SpreadState:
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
         self.near = _NearHoldings(self._distances_to, self.holds, self.incoming, topology.num_npus)
+        one_uplink = one_uplink_hosts(topology)
         for source in sources:
             self.copies[source.chunk] += 1
             self.source_deps[(source.node, source.chunk)] = source.deps
-            if len(self.routes_by_first_link_of[source.node]) == 1:
+            if own_first and one_uplink[source.node]:
                 self.own_first[source.node] |= 1 << source.chunk
             self.push(source.time, _AVAILABLE, source.chunk, source.node)
 
@@ -443,7 +451,8 @@ class _SpreadState:
         """The NPUs the switch uplink ``uplink`` would bring a chunk to now: per NPU, when
         the chunk would arrive, the chunks to choose from and the path.
 
-        Own chunks first, where this uplink is the sender's only link out: while
+        Own chunks first, where this uplink is the sender's only link out (and
+        the spread was asked to, see :func:`tacos.synthesizer.attempts`): while
         a destination lacks one of the chunks the sender is the source of, only
         those destinations and chunks are offered. Nobody else can spread a
         chunk before its source has sent it, and a host whose one uplink relays

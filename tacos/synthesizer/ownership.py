@@ -20,18 +20,13 @@ Example:
 
 from __future__ import annotations
 
-import math
-import random
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import numpy as np
 
 from tacos.collective import Collective
 from tacos.topology import Topology
 
-Built = TypeVar("Built")
-"""What an engine builds for one layout (a transfer list or a transfer table)."""
 _BISECTION_STEPS = 100
 """Halvings of the level's interval: far below one chunk for any count."""
 
@@ -65,33 +60,13 @@ def owner_layouts(topology: Topology, specs: Sequence[Collective]) -> list[list[
     Levelling is the better bet (up to 1.4x faster All-Reduce on meshes), but with
     one chunk per NPU on uneven networks its rounding can cost a few percent; both
     layouts are valid, so the engines build both and keep the faster
-    (:func:`fastest_layout`).
+    (:func:`~tacos.synthesizer.attempts.fastest_attempt`).
     """
     levelled = [reduction_owners(topology, spec) for spec in specs]
     own = [collective_owners(spec) for spec in specs]
     if all(np.array_equal(a, b) for a, b in zip(levelled, own, strict=True)):
         return [levelled]
     return [levelled, own]
-
-
-def fastest_layout(
-    layouts: Sequence[list[np.ndarray]],
-    rng: random.Random,
-    build: Callable[[list[np.ndarray], bool], Built],
-    finish_us: Callable[[Built], float],
-) -> Built:
-    """``build(layout, reports_progress)`` for every layout, each from the same random
-    state and only the first reporting progress; the first of the fastest."""
-    state = rng.getstate()
-    best: Built | None = None
-    best_us = math.inf
-    for attempt, layout in enumerate(layouts):
-        rng.setstate(state)
-        built = build(layout, attempt == 0)
-        if finish_us(built) < best_us:
-            best, best_us = built, finish_us(built)
-    assert best is not None, "owner_layouts gives at least one layout"
-    return best
 
 
 def level_shares(total: int, bandwidth: Sequence[float]) -> list[int]:

@@ -124,6 +124,18 @@ def rarest_neighbours(topology: Topology) -> list[list[int]]:
     return [sorted(s) for s in found]
 
 
+def one_uplink_hosts(topology: Topology) -> list[bool]:
+    """Per node, whether it is an NPU whose only link out leads into a switch (a fat
+    tree's host): the NPUs that send their own chunks first, when asked to."""
+    links = topology.links
+    return [
+        not topology.is_switch(node)
+        and len(topology.out_links[node]) == 1
+        and topology.is_switch(links[topology.out_links[node][0]].dst)
+        for node in range(topology.num_nodes)
+    ]
+
+
 def faster_rivals(topology: Topology, durations: list[float]) -> list[tuple[int, ...]]:
     """Per link, the other direct links from NPUs into its receiver, if one of them is faster.
 
