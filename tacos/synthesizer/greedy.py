@@ -452,7 +452,7 @@ class _SpreadState:
         the chunk would arrive, the chunks to choose from and the path.
 
         Own chunks first, where this uplink is the sender's only link out (and
-        the spread was asked to, see :func:`tacos.synthesizer.attempts`): while
+        the spread was asked to, see :mod:`tacos.synthesizer.attempts`): while
         a destination lacks one of the chunks the sender is the source of, only
         those destinations and chunks are offered. Nobody else can spread a
         chunk before its source has sent it, and a host whose one uplink relays
