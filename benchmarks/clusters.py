@@ -37,6 +37,7 @@ SUITE = {
     "dgx:4x8": "dgx:4x8",
     "dgx:16x8": "dgx:16x8",
     "dgx:64x8": "dgx:64x8",
+    "dgx:8x8-rails-over-2-leaves": "dgx:8x8,nodes-per-leaf=4",
     "fat-tree:8": "fat-tree:8",
     "a100-2node": "dgx:2x8,nvlink=300,pcie=32,nic=25",
     "mi250-2node": "xgmi:2x8,xgmi=50,nic=25",
