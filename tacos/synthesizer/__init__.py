@@ -44,14 +44,13 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
-from tacos.synthesizer.attempts import fastest_attempt
+from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
-from tacos.transfers import TransferTable
 
 SYNTHESIZER_NAME = "tacos-greedy"
 ProgressCallback = Callable[[int, int], None]
@@ -239,7 +238,7 @@ def _synthesize_tacos(
         return synthesize_transfers(topology, tenants, settings)
 
     own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
-    transfers = fastest_attempt(own_first_choices, rng, build, _finish_us)
+    transfers = fastest_attempt(own_first_choices, rng, build, finish_us)
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,
@@ -257,13 +256,6 @@ def _synthesize_tacos(
         group_meta = {**meta, "tenant": group, "tenants": len(tenants.specs)}
         schedules.append(Schedule(topology, spec, local, group_meta))
     return schedules
-
-
-def _finish_us(transfers: Sequence[Transfer]) -> float:
-    """When the last of ``transfers`` ends."""
-    if isinstance(transfers, TransferTable):
-        return float(transfers.end.max(initial=0.0))
-    return max((t.end for t in transfers), default=0.0)
 
 
 def _choose_engine(

@@ -428,7 +428,7 @@ def _soonest_takers(
     if none_since[link] == held[u]:
         return 0, decision, False
     own, own_held, own_none_since, own_first_word, own_last_word = owned
-    ask_own = own_held[u] > 0 and own_none_since[link] != own_held[u]
+    ask_own = _may_send_own(link, u, own_held, own_none_since)
     own_mode = False
     dag = dag_of_link[link]
     words = holds.shape[1]
@@ -494,6 +494,13 @@ def _soonest_takers(
 
 
 @njit(cache=True, inline="always")
+def _may_send_own(link: int, u: int, own_held: np.ndarray, own_none_since: np.ndarray) -> bool:
+    """Whether some cover of the uplink ``link``'s destinations may lack one of ``u``'s own
+    chunks: ``u`` has some, and has gained one since no cover lacked any."""
+    return own_held[u] > 0 and own_none_since[link] != own_held[u]
+
+
+@njit(cache=True, inline="always")
 def _lacks_own(
     own: np.ndarray,
     u: int,
@@ -523,7 +530,7 @@ def _sends_own(
     """Whether the switch uplink ``link`` of ``u`` sends an own chunk now: some cover of its
     destinations lacks one (as :func:`_soonest_takers` finds while it scans)."""
     own, own_held, own_none_since, own_first_word, own_last_word = owned
-    if own_held[u] == 0 or own_none_since[link] == own_held[u]:
+    if not _may_send_own(link, u, own_held, own_none_since):
         return False
     for g in range(dest_base[link], dest_base[link] + num_groups[link]):
         if _lacks_own(own, u, own_first_word, own_last_word, covers, group_cover[g]):

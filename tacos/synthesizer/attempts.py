@@ -19,6 +19,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from tacos.schedule import Transfer
+from tacos.transfers import TransferTable
+
 Choice = TypeVar("Choice")
 Built = TypeVar("Built")
 """What an engine builds for one choice (a transfer list or a transfer table)."""
@@ -42,3 +45,11 @@ def fastest_attempt(
             best, best_us = built, finish_us(built)
     assert best is not None, "there is at least one choice"
     return best
+
+
+def finish_us(transfers: Sequence[Transfer]) -> float:
+    """When the last of ``transfers`` (a list, or an engine's table) ends: what
+    :func:`fastest_attempt` compares."""
+    if isinstance(transfers, TransferTable):
+        return float(transfers.end.max(initial=0.0))
+    return max((t.end for t in transfers), default=0.0)

@@ -33,7 +33,7 @@ import numpy as np
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Op, Transfer
-from tacos.synthesizer.attempts import fastest_attempt
+from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
 from tacos.synthesizer.ownership import owner_layouts
 from tacos.synthesizer.timing import prune, renumber, retime_asap, shorten_tail
@@ -185,7 +185,7 @@ def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> lis
         lambda owners, reports: _all_reduce_owned(
             topology, tenants, settings if reports else quiet, owners
         ),
-        lambda transfers: max(t.end for t in transfers),
+        finish_us,
     )
 
 

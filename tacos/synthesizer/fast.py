@@ -50,7 +50,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
-from tacos.synthesizer.attempts import fastest_attempt
+from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
 from tacos.synthesizer.greedy import (
     MAX_RIVALS,
@@ -518,7 +518,7 @@ def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) ->
         lambda owners, reports: _all_reduce_owned(
             topology, spec, settings if reports else quiet, owners[0]
         ),
-        lambda table: float(table.end.max()),
+        finish_us,
     )
 
 
