@@ -50,6 +50,7 @@ from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupporte
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
+from tacos.synthesizer.tree_all_reduce import tree_all_reduce, tree_all_reduce_applies
 from tacos.topology import Topology
 
 SYNTHESIZER_NAME = "tacos-greedy"
@@ -239,11 +240,17 @@ def _synthesize_tacos(
 
     own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
     transfers = fastest_attempt(own_first_choices, rng, build, finish_us)
+    construction = "greedy"
+    if policy == "rarest" and tree_all_reduce_applies(topology, tenants.specs, sends_in_flight):
+        overlapped = tree_all_reduce(topology, tenants.specs[0], random.Random(seed))
+        if finish_us(overlapped) < finish_us(transfers):
+            transfers, construction = overlapped, "overlapped-trees"
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,
         "policy": policy,
         "engine": chosen,
+        "construction": construction,
     }
     if sends_in_flight is not None:
         meta["sends_in_flight"] = sends_in_flight

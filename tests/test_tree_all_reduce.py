@@ -1,0 +1,106 @@
+"""All-Reduce on overlapped reduction and broadcast trees (tacos.synthesizer.tree_all_reduce)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from random_networks import random_topologies
+
+import tacos
+from tacos.collective import Collective, CollectiveKind
+from tacos.linkmodel import CostModel
+from tacos.schedule import Op, Schedule
+from tacos.synthesizer.tree_all_reduce import tree_all_reduce, tree_all_reduce_applies
+from tacos.topology import from_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from quality import heterogeneous_mesh  # noqa: E402
+
+AR = CollectiveKind.ALL_REDUCE
+
+
+def _all_reduce(topology, chunks=1):
+    return Collective(AR, tuple(topology.npus), chunks, 2**20)
+
+
+def _checked(topology, spec, transfers):
+    schedule = Schedule(topology, spec, transfers, {})
+    report = tacos.verify(schedule)
+    assert report.ok, report.summary()
+    assert tacos.simulate(schedule).collective_time_us == schedule.collective_time_us
+    return schedule
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    random_topologies(),
+    st.integers(1, 3),
+    st.sampled_from(["paper", "pipelined"]),
+    st.integers(0, 2**16),
+)
+def test_on_any_network_of_direct_links_the_trees_make_a_valid_all_reduce(
+    topology, chunks, link_model, seed
+):
+    """Asymmetric links, mixed speeds, either link model: it verifies and replays exactly."""
+    topology = topology.with_cost(CostModel(link_model))
+    spec = _all_reduce(topology, chunks)
+    transfers = tree_all_reduce(topology, spec, random.Random(seed))
+    schedule = _checked(topology, spec, transfers)
+    assert schedule.collective_time_us >= tacos.lower_bounds(topology, spec).best_us * (1 - 1e-9)
+
+
+def test_every_npu_sends_one_partial_sum_and_receives_one_result_per_chunk_it_does_not_own():
+    """One reduction tree and one broadcast tree per chunk: nothing is sent twice."""
+    topology = from_spec("mesh2d:4x4")
+    spec = _all_reduce(topology, 2)
+    transfers = _checked(topology, spec, tree_all_reduce(topology, spec, random.Random(0)))
+    for chunk in range(spec.num_chunks):
+        owner = spec.owner(chunk)
+        mine = [t for t in transfers.transfers if t.chunk == chunk]
+        senders = sorted(t.src for t in mine if t.op is Op.REDUCE)
+        receivers = sorted(t.dst for t in mine if t.op is Op.COPY)
+        others = [npu for npu in topology.npus if npu != owner]
+        assert senders == others and receivers == others
+
+
+def test_the_same_seed_gives_the_same_schedule():
+    topology = heterogeneous_mesh(4, 4)
+    spec = _all_reduce(topology, 3)
+    first = tree_all_reduce(topology, spec, random.Random(5))
+    assert first == tree_all_reduce(topology, spec, random.Random(5))
+
+
+def test_it_is_tried_for_direct_links_with_uneven_npu_bandwidth_only():
+    mesh, torus = from_spec("mesh2d:4x4"), from_spec("torus2d:4x4")
+    assert tree_all_reduce_applies(mesh, [_all_reduce(mesh)], None)
+    assert tree_all_reduce_applies(heterogeneous_mesh(4, 4), [_all_reduce(mesh)], None)
+    assert not tree_all_reduce_applies(torus, [_all_reduce(torus)], None)  # already at its bound
+    assert not tree_all_reduce_applies(mesh, [_all_reduce(mesh)], 1)  # one-port NPUs
+    gather = Collective(CollectiveKind.ALL_GATHER, tuple(mesh.npus))
+    assert not tree_all_reduce_applies(mesh, [gather], None)
+    subset = Collective(AR, (0, 1, 2, 3))
+    assert not tree_all_reduce_applies(mesh, [subset], None)
+    switched = from_spec("dgx:2x4")
+    assert not tree_all_reduce_applies(switched, [_all_reduce(switched)], None)
+
+
+def test_all_reduce_on_a_mesh_overlaps_reduction_and_broadcast():
+    """mesh2d:8x8 at 4 chunks per NPU: Reduce-Scatter then All-Gather cannot go below
+    1.33x the best bound (the corners' links); the overlapped trees reach 1.19-1.23x."""
+    topology = from_spec("mesh2d:8x8")
+    spec = _all_reduce(topology, 4)
+    schedule = tacos.synthesize(topology, spec, seed=0)
+    assert schedule.meta["construction"] == "overlapped-trees"
+    assert tacos.verify(schedule).ok
+    assert schedule.collective_time_us <= 1.25 * tacos.lower_bounds(topology, spec).best_us
+
+
+def test_plain_tacos_stays_the_greedy():
+    """``--policy random`` is the paper's algorithm, for comparison: no trees."""
+    topology = from_spec("mesh2d:4x4")
+    spec = _all_reduce(topology, 4)
+    assert tacos.synthesize(topology, spec, policy="random").meta["construction"] == "greedy"
