@@ -44,13 +44,13 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
+from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_applies
 from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
-from tacos.synthesizer.tree_all_reduce import tree_all_reduce, tree_all_reduce_applies
 from tacos.topology import Topology
 
 SYNTHESIZER_NAME = "tacos-greedy"

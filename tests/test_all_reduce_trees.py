@@ -1,4 +1,4 @@
-"""All-Reduce on overlapped reduction and broadcast trees (tacos.synthesizer.tree_all_reduce)."""
+"""All-Reduce on overlapped reduction and broadcast trees (tacos.synthesizer.all_reduce_trees)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.linkmodel import CostModel
 from tacos.schedule import Op, Schedule
-from tacos.synthesizer.tree_all_reduce import tree_all_reduce, tree_all_reduce_applies
+from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_applies
 from tacos.topology import from_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
