@@ -8,13 +8,13 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from random_networks import random_topologies
+from random_networks import clusters, random_topologies
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.linkmodel import CostModel
 from tacos.schedule import Op, Schedule
-from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_applies
+from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_layouts
 from tacos.topology import from_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -48,7 +48,7 @@ def test_on_any_network_of_direct_links_the_trees_make_a_valid_all_reduce(
     """Asymmetric links, mixed speeds, either link model: it verifies and replays exactly."""
     topology = topology.with_cost(CostModel(link_model))
     spec = _all_reduce(topology, chunks)
-    transfers = tree_all_reduce(topology, spec, random.Random(seed))
+    transfers = tree_all_reduce(topology, spec, [topology.npus], random.Random(seed))
     schedule = _checked(topology, spec, transfers)
     assert schedule.collective_time_us >= tacos.lower_bounds(topology, spec).best_us * (1 - 1e-9)
 
@@ -57,7 +57,8 @@ def test_every_npu_sends_one_partial_sum_and_receives_one_result_per_chunk_it_do
     """One reduction tree and one broadcast tree per chunk: nothing is sent twice."""
     topology = from_spec("mesh2d:4x4")
     spec = _all_reduce(topology, 2)
-    transfers = _checked(topology, spec, tree_all_reduce(topology, spec, random.Random(0)))
+    built = tree_all_reduce(topology, spec, [topology.npus], random.Random(0))
+    transfers = _checked(topology, spec, built)
     for chunk in range(spec.num_chunks):
         owner = spec.owner(chunk)
         mine = [t for t in transfers.transfers if t.chunk == chunk]
@@ -70,22 +71,49 @@ def test_every_npu_sends_one_partial_sum_and_receives_one_result_per_chunk_it_do
 def test_the_same_seed_gives_the_same_schedule():
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 3)
-    first = tree_all_reduce(topology, spec, random.Random(5))
-    assert first == tree_all_reduce(topology, spec, random.Random(5))
+    first = tree_all_reduce(topology, spec, [topology.npus], random.Random(5))
+    assert first == tree_all_reduce(topology, spec, [topology.npus], random.Random(5))
 
 
-def test_it_is_tried_for_direct_links_with_uneven_npu_bandwidth_only():
+def test_it_is_tried_for_uneven_direct_links_and_for_two_servers():
     mesh, torus = from_spec("mesh2d:4x4"), from_spec("torus2d:4x4")
-    assert tree_all_reduce_applies(mesh, [_all_reduce(mesh)], None)
-    assert tree_all_reduce_applies(heterogeneous_mesh(4, 4), [_all_reduce(mesh)], None)
-    assert not tree_all_reduce_applies(torus, [_all_reduce(torus)], None)  # already at its bound
-    assert not tree_all_reduce_applies(mesh, [_all_reduce(mesh)], 1)  # one-port NPUs
+    whole = (tuple(mesh.npus),)
+    assert tree_all_reduce_layouts(mesh, [_all_reduce(mesh)], None) == [whole]
+    assert tree_all_reduce_layouts(heterogeneous_mesh(4, 4), [_all_reduce(mesh)], None) == [whole]
+    assert tree_all_reduce_layouts(torus, [_all_reduce(torus)], None) == []  # at its bound
+    assert tree_all_reduce_layouts(mesh, [_all_reduce(mesh)], 1) == []  # one-port NPUs
     gather = Collective(CollectiveKind.ALL_GATHER, tuple(mesh.npus))
-    assert not tree_all_reduce_applies(mesh, [gather], None)
-    subset = Collective(AR, (0, 1, 2, 3))
-    assert not tree_all_reduce_applies(mesh, [subset], None)
-    switched = from_spec("dgx:2x4")
-    assert not tree_all_reduce_applies(switched, [_all_reduce(switched)], None)
+    assert tree_all_reduce_layouts(mesh, [gather], None) == []
+    assert tree_all_reduce_layouts(mesh, [Collective(AR, (0, 1, 2, 3))], None) == []
+    two = from_spec("dgx:2x4")
+    assert tree_all_reduce_layouts(two, [_all_reduce(two)], None) == [((0, 1, 2, 3), (4, 5, 6, 7))]
+    four = from_spec("dgx:4x4")  # an exchange among four roots sends three sums each
+    assert tree_all_reduce_layouts(four, [_all_reduce(four)], None) == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_servers=2), st.integers(1, 3), st.integers(0, 2**16))
+def test_two_servers_reduce_apart_exchange_their_sums_and_the_result_verifies(
+    topology, chunks, seed
+):
+    """Each server reduces a chunk into one GPU; the two GPUs swap partial sums (each
+    sends its own before the other's arrives, or the attempt is dropped)."""
+    spec = _all_reduce(topology, chunks)
+    for servers in tree_all_reduce_layouts(topology, [spec], None):  # none if speeds hide them
+        transfers = tree_all_reduce(topology, spec, servers, random.Random(seed))
+        if transfers is not None:
+            _checked(topology, spec, transfers)
+
+
+def test_two_servers_cross_once_at_one_chunk_per_npu():
+    """a100-like pair of servers: Reduce-Scatter then All-Gather crosses the network twice
+    (1.87x the best bound); reducing in each server and swapping the sums crosses once."""
+    topology = from_spec("dgx:2x8,nvlink=300,pcie=32,nic=25")
+    spec = _all_reduce(topology, 1)
+    schedule = tacos.synthesize(topology, spec, seed=0)
+    assert schedule.meta["construction"] == "overlapped-trees"
+    assert tacos.verify(schedule).ok
+    assert schedule.collective_time_us <= 1.4 * tacos.lower_bounds(topology, spec).best_us
 
 
 def test_all_reduce_on_a_mesh_overlaps_reduction_and_broadcast():

@@ -44,7 +44,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
-from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_applies
+from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_layouts
 from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
@@ -241,10 +241,11 @@ def _synthesize_tacos(
     own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
     transfers = fastest_attempt(own_first_choices, rng, build, finish_us)
     construction = "greedy"
-    if policy == "rarest" and tree_all_reduce_applies(topology, tenants.specs, sends_in_flight):
-        overlapped = tree_all_reduce(topology, tenants.specs[0], random.Random(seed))
-        if finish_us(overlapped) < finish_us(transfers):
-            transfers, construction = overlapped, "overlapped-trees"
+    if policy == "rarest":
+        for groups in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
+            overlapped = tree_all_reduce(topology, tenants.specs[0], groups, random.Random(seed))
+            if overlapped is not None and finish_us(overlapped) < finish_us(transfers):
+                transfers, construction = overlapped, "overlapped-trees"
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,

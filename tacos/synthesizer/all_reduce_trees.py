@@ -7,44 +7,57 @@ its two links, while reducing it must send as many, and levelled ownership
 (:mod:`.ownership`) only trades one phase against the other (on mesh2d:8x8 at
 4 chunks per NPU no split of ownership brings the two phases below 1.33x the
 bound). Overlapping the phases lifts that floor: a corner's out-links carry
-its partial sums while its in-links bring it finished chunks.
+its partial sums while its in-links bring it finished chunks. On two servers
+joined by a slow network, the greedy's chunks cross it twice (reduced into an
+owner in one server, then gathered back), which at one chunk per GPU costs
+1.6-1.9x the best bound; reducing each chunk inside both servers and swapping
+the two sums crosses once.
 
-How:
+How, for NPUs split into groups (the whole network, or two servers):
 
-1. **Trees.** Chunk ``c`` is reduced into and broadcast from its owner (the
-   collective's own layout). Every other NPU picks its parent in the
-   reduction tree among the neighbours one hop nearer the owner, and its parent
-   in the broadcast tree among the neighbours one hop nearer from it, each time
-   the link with the least link time booked so far by the trees of earlier
-   chunks. Every path is a shortest one (no tree is deeper than the network's
-   diameter) and link loads level out (mesh2d:8x8: the busiest link carries
-   1.06x the link-capacity bound).
-2. **Order.** Chunks are launched round-robin over their owners (owners in a
+1. **Messages.** A message goes from an NPU to an NPU over a direct link or
+   through switches only (never through another NPU, which would add itself
+   into a sum in passing), the fastest such route.
+2. **Trees.** Chunk ``c`` is owned as the collective lays chunks out; in every
+   group its root is the NPU at the owner's place in its own group. Inside a
+   group, every other NPU picks its parent in the reduction tree among the
+   members strictly nearer the root (in microseconds, by messages between
+   members), and its parent in the broadcast tree among those strictly nearer
+   from it, each time the route with the least link time booked so far by the
+   trees of earlier chunks. Paths are shortest ones and link loads level out
+   (mesh2d:8x8: the busiest link carries 1.06x the link-capacity bound).
+3. **Exchange.** With two groups, each root sends the other its group's sum,
+   which is added in on arrival. A root must send its own sum before the
+   other's has been added to it (else the other counts itself twice); a
+   schedule where that fails is dropped.
+4. **Order.** Chunks are launched round-robin over their owners (owners in a
    seeded random order), so neighbouring launches load different links.
-3. **List scheduling.** Every link serves, of the transfers whose inputs have
+5. **List scheduling.** Every link serves, of the transfers whose inputs have
    arrived, the one of highest priority. The first pass uses launch order
-   (reduction before broadcast, longest remaining path first). Then
+   (reduction, exchange, broadcast; longest remaining path first). Then
    forward-backward rounds: the reversed dependency graph is scheduled taking
    the transfers that ended last first, and the next forward pass takes
    transfers by how late they ended in that backward schedule (the latest
    start time first). The fastest forward pass is re-timed by the replay.
 
-It is one attempt of the entry point's All-Reduce (the faster schedule is
-kept), for networks of direct links with uneven NPU bandwidth, the case
-above; elsewhere Reduce-Scatter then All-Gather is at its bound or the trees
-would need routes through switches.
+The entry point builds this for each layout :func:`tree_all_reduce_layouts`
+offers and keeps it only when it beats the greedy: on networks of direct
+links with uneven NPU bandwidth (meshes, heterogeneous meshes) and on two
+servers. Elsewhere Reduce-Scatter then All-Gather is at its bound (tori,
+rings) or crosses the network as little (several servers: an exchange among
+``k`` roots sends ``k - 1`` sums per root and chunk).
 """
 
 from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from tacos.classic.network import node_groups
 from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.ownership import collective_owners
@@ -56,34 +69,63 @@ MAX_TREE_TRANSFERS = 300_000
 FORWARD_BACKWARD_ROUNDS = 6
 """Rounds after the first pass (mesh2d:8x8, 4 chunks per NPU, 4 seeds: 1.21-1.23 of the
 bound after 4 rounds, 1.19-1.22 after 8)."""
+EXCHANGING_GROUPS = 2
+"""Servers are reduced apart and exchange their sums only when there are two: each root
+then sends one partial sum per chunk, as in Reduce-Scatter then All-Gather; with four,
+three (dgx:4x8 at one chunk per NPU: 2.26x the best bound, against 1.54x for the greedy)."""
+Route = tuple[int, ...]
+"""The links one message crosses from an NPU to an NPU, through switches only."""
 
 
-def tree_all_reduce_applies(
+def tree_all_reduce_layouts(
     topology: Topology, specs: Sequence[Collective], sends_in_flight: int | None
-) -> bool:
-    """Whether :func:`tree_all_reduce` is worth building (see the module docstring)."""
-    if len(specs) != 1 or sends_in_flight is not None or topology.num_switches:
-        return False
+) -> list[tuple[tuple[int, ...], ...]]:
+    """The groups worth building :func:`tree_all_reduce` for (see the module docstring):
+    the whole network on direct links with uneven NPU bandwidth, and the servers of a
+    cluster whose same-place NPUs reach each other through switches."""
+    if len(specs) != 1 or sends_in_flight is not None:
+        return []
     (spec,) = specs
     if spec.kind is not CollectiveKind.ALL_REDUCE or len(spec.ranks) != topology.num_npus:
-        return False
-    if 2 * (topology.num_npus - 1) * spec.num_chunks > MAX_TREE_TRANSFERS:
-        return False
+        return []
+    layouts: list[tuple[tuple[int, ...], ...]] = []
     in_bandwidth = {
         sum(topology.links[i].bandwidth_GBps for i in topology.in_links[npu])
         for npu in topology.npus
     }
-    return len(in_bandwidth) > 1
+    if not topology.num_switches and len(in_bandwidth) > 1:
+        layouts.append((tuple(topology.npus),))
+    servers = node_groups(topology, spec.ranks)
+    if servers is not None and len(servers) == EXCHANGING_GROUPS:
+        layouts.append(tuple(tuple(server) for server in servers))
+    routes = _Routes(topology, spec.chunk_bytes)
+    return [
+        groups for groups in layouts
+        if _transfers(groups, spec.num_chunks, 1) <= MAX_TREE_TRANSFERS and routes.connect(groups)
+        and _transfers(groups, spec.num_chunks, routes.longest_hops) <= MAX_TREE_TRANSFERS
+    ]  # fmt: skip
 
 
-def tree_all_reduce(topology: Topology, spec: Collective, rng: random.Random) -> list[Transfer]:
-    """The All-Reduce of the module docstring, re-timed as soon as possible."""
+def _transfers(groups: Sequence[Sequence[int]], chunks: int, hops: int) -> int:
+    """How many transfers the plan makes at most, messages of at most ``hops`` links."""
+    npus = sum(len(group) for group in groups)
+    return chunks * (2 * (npus - len(groups)) + len(groups) * (len(groups) - 1)) * hops
+
+
+def tree_all_reduce(
+    topology: Topology,
+    spec: Collective,
+    groups: Sequence[Sequence[int]],
+    rng: random.Random,
+) -> list[Transfer] | None:
+    """The All-Reduce of the module docstring, re-timed as soon as possible; None when
+    some root would send its partial sum after another root's had been added to it."""
     owners = collective_owners(spec).tolist()
-    link_us = [topology.cost.arrival_us(link, spec.chunk_bytes) for link in topology.links]
-    plan = _Plan(topology, owners, link_us)
+    routes = _Routes(topology, spec.chunk_bytes)
+    plan = _Plan(routes, groups, owners)
     launch = _launch_order(owners, rng)
-    first = [(launch[t.chunk], t.op is Op.COPY, -rest) for t, rest in plan.transfers]
-    transfers = [t for t, _ in plan.transfers]
+    first = [(launch[t.chunk], phase, -rest) for t, phase, rest in plan.transfers]
+    transfers = [t for t, _, _ in plan.transfers]
     timeline = _Timeline(topology, transfers, spec.chunk_bytes)
     best = timeline.forward(first)
     forward = best
@@ -93,12 +135,25 @@ def tree_all_reduce(topology: Topology, spec: Collective, rng: random.Random) ->
         if forward.finish_us < best.finish_us:
             best = forward
     order = sorted(range(len(transfers)), key=lambda i: (best.start[i], transfers[i].link, i))
-    in_order = [
+    timed = [
         Transfer(t.chunk, t.src, t.dst, t.link, float(best.start[i]), float(best.end[i]), t.op,
                  t.deps)
         for i, t in enumerate(transfers)
     ]  # fmt: skip
-    return retime_asap(renumber(in_order, order), topology, spec.chunk_bytes)
+    schedule = retime_asap(renumber(timed, order), topology, spec.chunk_bytes)
+    return schedule if _exchanges_read_own_sums(schedule, plan.exchanges, order) else None
+
+
+def _exchanges_read_own_sums(
+    schedule: Sequence[Transfer], exchanges: Sequence[tuple[int, int]], order: Sequence[int]
+) -> bool:
+    """Whether every root sends its partial sum before another root's arrives in it.
+
+    ``exchanges`` pairs, in plan indices, a root's outgoing first hop with an
+    incoming last hop of the same chunk at that root.
+    """
+    where = {old: new for new, old in enumerate(order)}
+    return all(schedule[where[out]].start < schedule[where[into]].end for out, into in exchanges)
 
 
 def _launch_order(owners: Sequence[int], rng: random.Random) -> list[int]:
@@ -117,99 +172,231 @@ def _launch_order(owners: Sequence[int], rng: random.Random) -> list[int]:
     return launch
 
 
-class _Plan:
-    """Every chunk's two trees as transfers (times unset), each with its remaining path.
+class _Routes:
+    """One-message routes between NPUs: a direct link, or a path through switches only
+    (fewest microseconds for one chunk, then fewest hops)."""
 
-    ``transfers[i] = (transfer, rest)``: ``rest`` counts the hops from this
-    transfer to the end of its chunk's broadcast, the longest way.
+    def __init__(self, topology: Topology, chunk_bytes: int) -> None:
+        self.topology = topology
+        self.link_us = topology.link_times_us(chunk_bytes)
+        self._from: dict[int, dict[int, tuple[float, Route]]] = {}
+        self.longest_hops = 1
+
+    def from_npu(self, source: int) -> dict[int, tuple[float, Route]]:
+        """Every NPU one message from ``source`` reaches: its time and route."""
+        found = self._from.get(source)
+        if found is None:
+            found = self._from[source] = self._search(source)
+            self.longest_hops = max([self.longest_hops, *(len(r) for _, r in found.values())])
+        return found
+
+    def connect(self, groups: Sequence[Sequence[int]]) -> bool:
+        """Whether messages inside each group join all its NPUs both ways, and NPUs at one
+        place of different groups reach each other in one message."""
+        for group in groups:
+            from_first, to_first = self.distances(group[0], set(group))
+            if len(from_first) != len(group) or len(to_first) != len(group):
+                return False
+        return all(
+            peer in self.from_npu(npu)
+            for place in zip(*groups, strict=True)
+            for npu in place
+            for peer in place
+            if peer != npu
+        )
+
+    def distances(self, root: int, members: set[int]) -> tuple[dict[int, float], dict[int, float]]:
+        """Microseconds from ``root`` to each member, and from each member to ``root``, by
+        messages between members."""
+        return (
+            _nearest(root, lambda npu: [(b, us) for b, (us, _) in self.into(npu, members)]),
+            _nearest(root, lambda npu: [(a, us) for a, (us, _) in self.out_of(npu, members)]),
+        )
+
+    def into(self, source: int, members: set[int]) -> list[tuple[int, tuple[float, Route]]]:
+        """The members one message from ``source`` reaches (sorted)."""
+        return sorted((b, found) for b, found in self.from_npu(source).items() if b in members)
+
+    def out_of(self, target: int, members: set[int]) -> list[tuple[int, tuple[float, Route]]]:
+        """The members that reach ``target`` in one message (sorted)."""
+        return [(a, self.from_npu(a)[target]) for a in sorted(members)
+                if target in self.from_npu(a)]  # fmt: skip
+
+    def _search(self, source: int) -> dict[int, tuple[float, Route]]:
+        topology, best = self.topology, {source: (0.0, 0)}
+        via: dict[int, int] = {}
+        heap = [(0.0, 0, source)]
+        while heap:
+            elapsed, hops, node = heapq.heappop(heap)
+            if (elapsed, hops) > best[node] or (node != source and not topology.is_switch(node)):
+                continue
+            for link_id in topology.out_links[node]:
+                nxt = topology.links[link_id].dst
+                key = (elapsed + self.link_us[link_id], hops + 1)
+                if nxt not in best or key < best[nxt]:
+                    best[nxt], via[nxt] = key, link_id
+                    heapq.heappush(heap, (*key, nxt))
+        found: dict[int, tuple[float, Route]] = {}
+        for target in best:
+            if target == source or topology.is_switch(target):
+                continue
+            route, node = [], target
+            while node != source:
+                route.append(via[node])
+                node = topology.links[via[node]].src
+            found[target] = (best[target][0], tuple(reversed(route)))
+        return found
+
+
+def _nearest(root: int, neighbours: Callable[[int], list[tuple[int, float]]]) -> dict[int, float]:
+    """Microseconds from ``root`` to every node ``neighbours`` leads to (Dijkstra)."""
+    distance, heap = {root: 0.0}, [(0.0, root)]
+    while heap:
+        elapsed, node = heapq.heappop(heap)
+        if elapsed > distance[node]:
+            continue
+        for other, us in neighbours(node):
+            if elapsed + us < distance.get(other, float("inf")):
+                distance[other] = elapsed + us
+                heapq.heappush(heap, (elapsed + us, other))
+    return distance
+
+
+REDUCING, EXCHANGING, BROADCASTING = 0, 1, 2
+"""A transfer's phase, for the first pass's priority."""
+
+
+class _Plan:
+    """Every chunk's trees as transfers (times unset), each with its phase and remaining path.
+
+    ``transfers[i] = (transfer, phase, rest)``: ``rest`` counts the messages from
+    this transfer to the end of its chunk's broadcast, the longest way.
+    ``exchanges`` are the (root's first hop out, last hop into that root) pairs of
+    every chunk's exchange of partial sums.
     """
 
-    def __init__(self, topology: Topology, owners: Sequence[int], link_us: Sequence[float]):
-        self.topology = topology
-        self.load_us = [0.0] * len(topology.links)
-        self.link_us = link_us
-        self.transfers: list[tuple[Transfer, int]] = []
-        hops_cache: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+    def __init__(
+        self, routes: _Routes, groups: Sequence[Sequence[int]], owners: Sequence[int]
+    ) -> None:
+        self.routes = routes
+        self.load_us = [0.0] * len(routes.topology.links)
+        self.transfers: list[tuple[Transfer, int, int]] = []
+        self.exchanges: list[tuple[int, int]] = []
+        place = {npu: (g, i) for g, group in enumerate(groups) for i, npu in enumerate(group)}
+        members = [set(group) for group in groups]
+        distances: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
         for chunk, owner in enumerate(owners):
-            if owner not in hops_cache:
-                hops_cache[owner] = (_hops(topology, owner, True), _hops(topology, owner, False))
-            from_owner, to_owner = hops_cache[owner]
-            up = self._parents(owner, to_owner, towards_owner=True)
-            down = self._parents(owner, from_owner, towards_owner=False)
-            self._add_chunk(chunk, owner, up, down)
+            roots = [group[place[owner][1]] for group in groups]
+            for root, inside in zip(roots, members, strict=True):
+                if root not in distances:
+                    distances[root] = routes.distances(root, inside)
+            self._add_chunk(chunk, roots, members, distances)
 
-    def _parents(self, owner: int, hops: dict[int, int], towards_owner: bool) -> dict[int, int]:
-        """Per NPU, the least-loaded link to (or from) a neighbour one hop nearer the owner."""
-        topology, chosen = self.topology, {}
-        for npu in topology.npus:
-            if npu == owner:
-                continue
-            if towards_owner:
-                links = [i for i in topology.out_links[npu]
-                         if hops.get(topology.links[i].dst) == hops[npu] - 1]  # fmt: skip
-            else:
-                links = [i for i in topology.in_links[npu]
-                         if hops.get(topology.links[i].src) == hops[npu] - 1]  # fmt: skip
-            link = min(links, key=lambda i: (self.load_us[i] + self.link_us[i], i))
-            self.load_us[link] += self.link_us[link]
-            chosen[npu] = link
+    def _parents(
+        self, root: int, inside: set[int], distance: dict[int, float], up: bool
+    ) -> dict[int, tuple[int, Route]]:
+        """Per NPU of the group, the least-loaded route to (``up``) or from a member
+        strictly nearer the root (``distance``: to the root, or from it)."""
+        chosen: dict[int, tuple[int, Route]] = {}
+        for npu in sorted(inside - {root}):
+            ends = self.routes.into(npu, inside) if up else self.routes.out_of(npu, inside)
+            options = [(other, route) for other, (_, route) in ends
+                       if distance[other] < distance[npu]]  # fmt: skip
+            other, route = min(options, key=lambda o: (self._cost(o[1]), o[1]))
+            for link in route:
+                self.load_us[link] += self.routes.link_us[link]
+            chosen[npu] = (other, route)
         return chosen
 
-    def _add_chunk(self, chunk: int, owner: int, up: dict[int, int], down: dict[int, int]):
-        links = self.topology.links
-        children: dict[int, list[int]] = {}
-        for npu, link in up.items():
-            children.setdefault(links[link].dst, []).append(npu)
-        below: dict[int, list[int]] = {}
-        for npu, link in down.items():
-            below.setdefault(links[link].src, []).append(npu)
-        # Broadcast depth under each NPU, then reduction depth above each NPU.
-        broadcast_order = _breadth_first(owner, below)
-        depth_below = {npu: 0 for npu in broadcast_order}
-        for npu in reversed(broadcast_order):
-            for child in below.get(npu, ()):
-                depth_below[npu] = max(depth_below[npu], depth_below[child] + 1)
-        reduction_order = _breadth_first(owner, children)
-        to_root = {owner: 0}
-        for npu in reduction_order[1:]:
-            to_root[npu] = to_root[links[up[npu]].dst] + 1
-        index: dict[int, int] = {}
-        for npu in reversed(reduction_order[1:]):  # children before parents
-            index[npu] = len(self.transfers)
-            deps = tuple(index[child] for child in children.get(npu, ()))
-            link = up[npu]
-            reduce = Transfer(chunk, npu, links[link].dst, link, 0.0, 0.0, Op.REDUCE, deps)
-            self.transfers.append((reduce, to_root[npu] + depth_below[owner]))
-        reduced = tuple(index[child] for child in children.get(owner, ()))
-        arrived: dict[int, int] = {}
-        for npu in broadcast_order[1:]:  # parents before children
-            link = down[npu]
-            parent = links[link].src
-            deps = reduced if parent == owner else (arrived[parent],)
-            arrived[npu] = len(self.transfers)
-            copy = Transfer(chunk, parent, npu, link, 0.0, 0.0, Op.COPY, deps)
-            self.transfers.append((copy, depth_below[npu] + 1))
+    def _cost(self, route: Route) -> float:
+        return sum(self.load_us[link] + self.routes.link_us[link] for link in route)
+
+    def _message(self, chunk: int, route: Route, op: Op, deps: tuple[int, ...], phase: int,
+                 rest: int) -> tuple[int, int]:  # fmt: skip
+        """The transfers of one message; (its first hop, its last hop)."""
+        links, first = self.routes.topology.links, len(self.transfers)
+        for hop, link in enumerate(route):
+            last = hop == len(route) - 1
+            transfer = Transfer(chunk, links[link].src, links[link].dst, link, 0.0, 0.0,
+                                op if last else Op.COPY, deps)  # fmt: skip
+            self.transfers.append((transfer, phase, rest))
+            deps = (len(self.transfers) - 1,)
+        return first, len(self.transfers) - 1
+
+    def _add_chunk(
+        self,
+        chunk: int,
+        roots: Sequence[int],
+        members: Sequence[set[int]],
+        distances: dict[int, tuple[dict[int, float], dict[int, float]]],
+    ) -> None:
+        """Reduce into every group's root, exchange the roots' sums, broadcast from each root."""
+        sums_at: dict[int, list[int]] = {}  # root -> last hops that add into it
+        broadcasts = []
+        exchange = 1 if len(roots) > 1 else 0
+        for root, inside in zip(roots, members, strict=True):
+            from_root, to_root = distances[root]
+            up = self._parents(root, inside, to_root, up=True)
+            down = self._parents(root, inside, from_root, up=False)
+            below = _heights(root, {npu: parent for npu, (parent, _) in down.items()})
+            to_go = _depths(root, {npu: parent for npu, (parent, _) in up.items()})
+            into: dict[int, list[int]] = {}
+            for npu in sorted(up, key=lambda n: (-to_go[n], n)):  # children before parents
+                parent, route = up[npu]
+                rest = to_go[npu] + exchange + below[root]
+                _, last = self._message(
+                    chunk, route, Op.REDUCE, tuple(into.get(npu, ())), REDUCING, rest
+                )
+                into.setdefault(parent, []).append(last)
+            sums_at[root] = into.get(root, [])
+            broadcasts.append((root, down, below))
+        own_sums = {root: tuple(sums_at[root]) for root in roots}
+        sent: dict[int, list[int]] = {root: [] for root in roots}
+        arrived: dict[int, list[int]] = {root: [] for root in roots}
+        for root, (_, _, below) in zip(roots, broadcasts, strict=True):
+            for peer in roots:
+                if peer != root:
+                    route = self.routes.from_npu(root)[peer][1]
+                    first, last = self._message(
+                        chunk, route, Op.REDUCE, own_sums[root], EXCHANGING, 1 + below[root]
+                    )
+                    sent[root].append(first)
+                    arrived[peer].append(last)
+        for root in roots:
+            sums_at[root] += arrived[root]
+            self.exchanges += [(out, into) for out in sent[root] for into in arrived[root]]
+        for root, down, below in broadcasts:
+            got = {root: tuple(sums_at[root])}
+            depth = _depths(root, {npu: parent for npu, (parent, _) in down.items()})
+            for npu in sorted(down, key=lambda n: (depth[n], n)):  # parents before children
+                parent, route = down[npu]
+                _, last = self._message(
+                    chunk, route, Op.COPY, got[parent], BROADCASTING, 1 + below[npu]
+                )
+                got[npu] = (last,)
 
 
-def _hops(topology: Topology, owner: int, outwards: bool) -> dict[int, int]:
-    """Hops from ``owner`` to every NPU (``outwards``) or from every NPU to ``owner``."""
-    hops, queue = {owner: 0}, deque([owner])
-    while queue:
-        npu = queue.popleft()
-        for i in topology.out_links[npu] if outwards else topology.in_links[npu]:
-            link = topology.links[i]
-            other = link.dst if outwards else link.src
-            if other not in hops:
-                hops[other] = hops[npu] + 1
-                queue.append(other)
-    return hops
+def _depths(root: int, parent_of: dict[int, int]) -> dict[int, int]:
+    """Messages between ``root`` and every NPU of a tree given by each one's parent."""
+    depth = {root: 0}
+    for npu in parent_of:
+        path = []
+        while npu not in depth:
+            path.append(npu)
+            npu = parent_of[npu]
+        for step in reversed(path):
+            depth[step] = depth[npu] + 1
+            npu = step
+    return depth
 
 
-def _breadth_first(root: int, children: dict[int, list[int]]) -> list[int]:
-    order = [root]
-    for npu in order:
-        order.extend(children.get(npu, ()))
-    return order
+def _heights(root: int, parent_of: dict[int, int]) -> dict[int, int]:
+    """Messages from each NPU of a tree to the deepest NPU below it."""
+    depth = _depths(root, parent_of)
+    height = dict.fromkeys(depth, 0)
+    for npu in sorted(parent_of, key=lambda n: -depth[n]):
+        height[parent_of[npu]] = max(height[parent_of[npu]], height[npu] + 1)
+    return height
 
 
 @dataclass(frozen=True)
