@@ -73,8 +73,13 @@ EXCHANGING_GROUPS = 2
 """Servers are reduced apart and exchange their sums only when there are two: each root
 then sends one partial sum per chunk, as in Reduce-Scatter then All-Gather; with four,
 three (dgx:4x8 at one chunk per NPU: 2.26x the best bound, against 1.54x for the greedy)."""
+SETTLED_AFTER_IDLE_ROUNDS = 2
+"""Rounds stop once this many in a row gained nothing (mesh2d:8x8 at 16 chunks per NPU
+settles after three rounds; a100-2node at 4 gains again after one idle round)."""
 Route = tuple[int, ...]
 """The links one message crosses from an NPU to an NPU, through switches only."""
+Reach = tuple[float, Route]
+"""How an NPU reaches another in one message: microseconds for a chunk, and the route."""
 
 
 def tree_all_reduce_layouts(
@@ -129,11 +134,14 @@ def tree_all_reduce(
     timeline = _Timeline(topology, transfers, spec.chunk_bytes)
     best = timeline.forward(first)
     forward = best
+    idle_rounds = 0
     for _ in range(FORWARD_BACKWARD_ROUNDS):
         backward = timeline.backward(list(-forward.end))
         forward = timeline.forward(list(-backward.end))
         if forward.finish_us < best.finish_us:
-            best = forward
+            best, idle_rounds = forward, 0
+        elif (idle_rounds := idle_rounds + 1) == SETTLED_AFTER_IDLE_ROUNDS:
+            break
     order = sorted(range(len(transfers)), key=lambda i: (best.start[i], transfers[i].link, i))
     timed = [
         Transfer(t.chunk, t.src, t.dst, t.link, float(best.start[i]), float(best.end[i]), t.op,
@@ -179,10 +187,12 @@ class _Routes:
     def __init__(self, topology: Topology, chunk_bytes: int) -> None:
         self.topology = topology
         self.link_us = topology.link_times_us(chunk_bytes)
-        self._from: dict[int, dict[int, tuple[float, Route]]] = {}
+        self._from: dict[int, dict[int, Reach]] = {}
+        self._into: dict[tuple[int, frozenset[int]], list[tuple[int, Reach]]] = {}
+        self._out_of: dict[tuple[int, frozenset[int]], list[tuple[int, Reach]]] = {}
         self.longest_hops = 1
 
-    def from_npu(self, source: int) -> dict[int, tuple[float, Route]]:
+    def from_npu(self, source: int) -> dict[int, Reach]:
         """Every NPU one message from ``source`` reaches: its time and route."""
         found = self._from.get(source)
         if found is None:
@@ -194,7 +204,7 @@ class _Routes:
         """Whether messages inside each group join all its NPUs both ways, and NPUs at one
         place of different groups reach each other in one message."""
         for group in groups:
-            from_first, to_first = self.distances(group[0], set(group))
+            from_first, to_first = self.distances(group[0], frozenset(group))
             if len(from_first) != len(group) or len(to_first) != len(group):
                 return False
         return all(
@@ -205,7 +215,9 @@ class _Routes:
             if peer != npu
         )
 
-    def distances(self, root: int, members: set[int]) -> tuple[dict[int, float], dict[int, float]]:
+    def distances(
+        self, root: int, members: frozenset[int]
+    ) -> tuple[dict[int, float], dict[int, float]]:
         """Microseconds from ``root`` to each member, and from each member to ``root``, by
         messages between members."""
         return (
@@ -213,16 +225,23 @@ class _Routes:
             _nearest(root, lambda npu: [(a, us) for a, (us, _) in self.out_of(npu, members)]),
         )
 
-    def into(self, source: int, members: set[int]) -> list[tuple[int, tuple[float, Route]]]:
+    def into(self, source: int, members: frozenset[int]) -> list[tuple[int, Reach]]:
         """The members one message from ``source`` reaches (sorted)."""
-        return sorted((b, found) for b, found in self.from_npu(source).items() if b in members)
+        key = (source, members)
+        if key not in self._into:
+            found = self.from_npu(source)
+            self._into[key] = sorted((b, found[b]) for b in found if b in members)
+        return self._into[key]
 
-    def out_of(self, target: int, members: set[int]) -> list[tuple[int, tuple[float, Route]]]:
+    def out_of(self, target: int, members: frozenset[int]) -> list[tuple[int, Reach]]:
         """The members that reach ``target`` in one message (sorted)."""
-        return [(a, self.from_npu(a)[target]) for a in sorted(members)
-                if target in self.from_npu(a)]  # fmt: skip
+        key = (target, members)
+        if key not in self._out_of:
+            self._out_of[key] = [(a, self.from_npu(a)[target]) for a in sorted(members)
+                                 if target in self.from_npu(a)]  # fmt: skip
+        return self._out_of[key]
 
-    def _search(self, source: int) -> dict[int, tuple[float, Route]]:
+    def _search(self, source: int) -> dict[int, Reach]:
         topology, best = self.topology, {source: (0.0, 0)}
         via: dict[int, int] = {}
         heap = [(0.0, 0, source)]
@@ -236,7 +255,7 @@ class _Routes:
                 if nxt not in best or key < best[nxt]:
                     best[nxt], via[nxt] = key, link_id
                     heapq.heappush(heap, (*key, nxt))
-        found: dict[int, tuple[float, Route]] = {}
+        found: dict[int, Reach] = {}
         for target in best:
             if target == source or topology.is_switch(target):
                 continue
@@ -283,7 +302,7 @@ class _Plan:
         self.transfers: list[tuple[Transfer, int, int]] = []
         self.exchanges: list[tuple[int, int]] = []
         place = {npu: (g, i) for g, group in enumerate(groups) for i, npu in enumerate(group)}
-        members = [set(group) for group in groups]
+        members = [frozenset(group) for group in groups]
         distances: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
         for chunk, owner in enumerate(owners):
             roots = [group[place[owner][1]] for group in groups]
@@ -293,7 +312,7 @@ class _Plan:
             self._add_chunk(chunk, roots, members, distances)
 
     def _parents(
-        self, root: int, inside: set[int], distance: dict[int, float], up: bool
+        self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
     ) -> dict[int, tuple[int, Route]]:
         """Per NPU of the group, the least-loaded route to (``up``) or from a member
         strictly nearer the root (``distance``: to the root, or from it)."""
@@ -327,7 +346,7 @@ class _Plan:
         self,
         chunk: int,
         roots: Sequence[int],
-        members: Sequence[set[int]],
+        members: Sequence[frozenset[int]],
         distances: dict[int, tuple[dict[int, float], dict[int, float]]],
     ) -> None:
         """Reduce into every group's root, exchange the roots' sums, broadcast from each root."""
@@ -454,7 +473,7 @@ class _Timeline:
             return self.link[i]
 
         def serve(links: set[int], now: float) -> None:
-            for link in sorted(links):
+            for link in links:  # links are independent: the order they start in is no matter
                 queue = ready.get(link)
                 if queue and free_at.get(link, 0.0) <= now:
                     _, i = heapq.heappop(queue)
