@@ -15,7 +15,9 @@ NPUs, with or without switches; All-Gather / Reduce-Scatter / All-Reduce over
 all NPUs). ``engine="auto"`` takes the fast one for problems above
 :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
 compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
-processes) and keeps the fastest schedule, the lowest seed on ties.
+processes) and keeps the fastest schedule, the lowest seed on ties. An All-Reduce
+may instead come from :mod:`.all_reduce_trees` (meshes and two-server clusters),
+when that is faster; ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
 
 ``algorithm`` picks what is built: ``"tacos"`` (the default of this function),
 one of the classic algorithms of :mod:`tacos.classic` (``"ring"``,
@@ -245,7 +247,7 @@ def _synthesize_tacos(
         for groups in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
             overlapped = tree_all_reduce(topology, tenants.specs[0], groups, random.Random(seed))
             if overlapped is not None and finish_us(overlapped) < finish_us(transfers):
-                transfers, construction = overlapped, "overlapped-trees"
+                transfers, construction = overlapped, "trees"
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,
