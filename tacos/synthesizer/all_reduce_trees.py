@@ -56,17 +56,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from tacos.classic.network import node_groups
 from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
+from tacos.simulate import replay_times
+from tacos.synthesizer import _fabric_kernels as FK
 from tacos.synthesizer.ownership import collective_owners
-from tacos.synthesizer.timing import renumber, retime_asap
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 
-MAX_TREE_TRANSFERS = 150_000
-"""Larger All-Reduces are not tried this way: list scheduling runs in Python (mesh2d:8x8
-at 16 chunks per NPU, 129,024 transfers, takes about 12 s against the greedy's 0.2 s)."""
+MAX_TREE_TRANSFERS = 300_000
+"""Larger All-Reduces are not tried this way (mesh2d:8x8 at 16 chunks per NPU, 129,024
+transfers, takes about 3 s against the greedy's 0.2 s; building the trees is most of it)."""
 FORWARD_BACKWARD_ROUNDS = 6
 """Rounds after the first pass (mesh2d:8x8, 4 chunks per NPU, 4 seeds: 1.21-1.23 of the
 bound after 4 rounds, 1.19-1.22 after 8)."""
@@ -123,9 +126,10 @@ def tree_all_reduce(
     spec: Collective,
     groups: Sequence[Sequence[int]],
     rng: random.Random,
-) -> list[Transfer] | None:
+) -> TransferTable | None:
     """The All-Reduce of the module docstring, re-timed as soon as possible; None when
-    some root would send its partial sum after another root's had been added to it."""
+    some root would send its partial sum after another root's had been added to it.
+    Transfers are sorted by (start, link), dependencies before dependants."""
     owners = collective_owners(spec).tolist()
     routes = _Routes(topology, spec.chunk_bytes)
     plan = _Plan(routes, groups, owners)
@@ -137,32 +141,46 @@ def tree_all_reduce(
     forward = best
     idle_rounds = 0
     for _ in range(FORWARD_BACKWARD_ROUNDS):
-        backward = timeline.backward(list(-forward.end))
-        forward = timeline.forward(list(-backward.end))
+        backward = timeline.backward(-forward.end)
+        forward = timeline.forward(-backward.end)
         if forward.finish_us < best.finish_us:
             best, idle_rounds = forward, 0
         elif (idle_rounds := idle_rounds + 1) == SETTLED_AFTER_IDLE_ROUNDS:
             break
-    order = sorted(range(len(transfers)), key=lambda i: (best.start[i], transfers[i].link, i))
-    timed = [
-        Transfer(t.chunk, t.src, t.dst, t.link, float(best.start[i]), float(best.end[i]), t.op,
-                 t.deps)
-        for i, t in enumerate(transfers)
-    ]  # fmt: skip
-    schedule = retime_asap(renumber(timed, order), topology, spec.chunk_bytes)
-    return schedule if _exchanges_read_own_sums(schedule, plan.exchanges, order) else None
+    table = TransferTable.from_transfers(transfers)
+    start, end = _replayed(table, best.start, topology, spec.chunk_bytes)
+    if not all(start[out] < end[into] for out, into in plan.exchanges):
+        return None  # a root would send its sum after the other's was added in
+    retimed = TransferTable(
+        table.chunk, table.src, table.dst, table.link, start, end, table.op,
+        table.deps_ptr, table.deps,
+    )  # fmt: skip
+    return retimed.take(np.lexsort((table.link, start)))
 
 
-def _exchanges_read_own_sums(
-    schedule: Sequence[Transfer], exchanges: Sequence[tuple[int, int]], order: Sequence[int]
-) -> bool:
-    """Whether every root sends its partial sum before another root's arrives in it.
-
-    ``exchanges`` pairs, in plan indices, a root's outgoing first hop with an
-    incoming last hop of the same chunk at that root.
-    """
-    where = {old: new for new, old in enumerate(order)}
-    return all(schedule[where[out]].start < schedule[where[into]].end for out, into in exchanges)
+def _replayed(
+    table: TransferTable, recorded_start: np.ndarray, topology: Topology, chunk_bytes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every row as :mod:`tacos.simulate` replays it, an NPU's link
+    taking its transfers in order of ``recorded_start`` (compiled for the default
+    cost model, the one the compiled replay knows)."""
+    if topology.cost.is_default:
+        start, end, _, finished = FK.replay(
+            table.link, table.chunk, table.op, table.deps_ptr, table.deps, recorded_start,
+            table.src >= topology.num_npus,
+            np.asarray(topology.link_times_us(chunk_bytes), np.float64),
+        )  # fmt: skip
+        assert finished == len(table), "trees have no cycles"
+        return start, end
+    order = np.lexsort((np.arange(len(table)), table.link, recorded_start))
+    recorded = TransferTable(
+        table.chunk, table.src, table.dst, table.link, recorded_start, recorded_start,
+        table.op, table.deps_ptr, table.deps,
+    )  # fmt: skip
+    starts, ends = replay_times(list(recorded.take(order)), topology, chunk_bytes)
+    start, end = np.empty(len(table)), np.empty(len(table))
+    start[order], end[order] = starts, ends
+    return start, end
 
 
 def _launch_order(owners: Sequence[int], rng: random.Random) -> list[int]:
@@ -434,66 +452,200 @@ class _Timeline:
 
     def __init__(self, topology: Topology, transfers: Sequence[Transfer], chunk_bytes: int):
         cost = topology.cost
-        self.link = [t.link for t in transfers]
-        self.deps = [tuple(set(t.deps)) for t in transfers]
-        self.dependants: list[list[int]] = [[] for _ in transfers]
-        for i, deps in enumerate(self.deps):
-            for d in deps:
-                self.dependants[d].append(i)
-        reduce_us = topology.reduce_time_us(chunk_bytes) if any(
-            t.op is Op.REDUCE for t in transfers) else 0.0  # fmt: skip
-        arrival = [cost.arrival_us(link, chunk_bytes) for link in topology.links]
-        busy = arrival if cost.link_model == "paper" else [
-            cost.busy_us(link, chunk_bytes) for link in topology.links]  # fmt: skip
-        self.lasts_us = [
-            arrival[t.link] + (reduce_us if t.op is Op.REDUCE else 0.0) for t in transfers
-        ]
-        self.busy_us = [busy[t.link] for t in transfers]
+        self.num_links = len(topology.links)
+        self.link = np.fromiter((t.link for t in transfers), np.int64, len(transfers))
+        deps = [sorted(set(t.deps)) for t in transfers]
+        self.deps = _csr(deps, len(transfers))
+        dependants: list[list[int]] = [[] for _ in transfers]
+        for i, before in enumerate(deps):
+            for d in before:
+                dependants[d].append(i)
+        self.dependants = _csr(dependants, len(transfers))
+        reduces = np.fromiter((t.op is Op.REDUCE for t in transfers), np.bool_, len(transfers))
+        reduce_us = topology.reduce_time_us(chunk_bytes) if reduces.any() else 0.0
+        arrival = np.array([cost.arrival_us(link, chunk_bytes) for link in topology.links])
+        busy = arrival if cost.link_model == "paper" else np.array(
+            [cost.busy_us(link, chunk_bytes) for link in topology.links])  # fmt: skip
+        self.lasts_us = arrival[self.link] + np.where(reduces, reduce_us, 0.0)
+        self.busy_us = busy[self.link]
 
-    def forward(self, priority: Sequence[object]) -> _Times:
-        """Each link serves its ready transfer of smallest ``priority`` whenever it is free."""
+    def forward(self, priority: Sequence[object] | np.ndarray) -> _Times:
+        """Each link serves its ready transfer of smallest ``priority`` whenever it is free
+        (ties: the lower index)."""
         return self._run(self.deps, self.dependants, priority)
 
-    def backward(self, priority: Sequence[object]) -> _Times:
+    def backward(self, priority: Sequence[object] | np.ndarray) -> _Times:
         """The same on the reversed dependency graph (times count back from the end)."""
         return self._run(self.dependants, self.deps, priority)
 
     def _run(
-        self, deps: Sequence[Sequence[int]], dependants: Sequence[Sequence[int]],
-        priority: Sequence[object],
-    ) -> _Times:  # fmt: skip
-        count = len(self.link)
-        waiting = [len(d) for d in deps]
-        ready: dict[int, list[tuple[object, int]]] = {}
-        free_at: dict[int, float] = {}
-        start, end = np.zeros(count), np.zeros(count)
-        events: list[tuple[float, int, int]] = []  # (time, 0 link frees / 1 arrival, id)
-
-        def make_ready(i: int) -> int:
-            heapq.heappush(ready.setdefault(self.link[i], []), (priority[i], i))
-            return self.link[i]
-
-        def serve(links: set[int], now: float) -> None:
-            for link in links:  # links are independent: the order they start in is no matter
-                queue = ready.get(link)
-                if queue and free_at.get(link, 0.0) <= now:
-                    _, i = heapq.heappop(queue)
-                    start[i], end[i] = now, now + self.lasts_us[i]
-                    free_at[link] = now + self.busy_us[i]
-                    heapq.heappush(events, (free_at[link], 0, link))
-                    heapq.heappush(events, (end[i], 1, i))
-
-        serve({make_ready(i) for i in range(count) if not waiting[i]}, 0.0)
-        while events:
-            now, touched = events[0][0], set()
-            while events and events[0][0] == now:
-                _, kind, what = heapq.heappop(events)
-                if kind == 0:
-                    touched.add(what)
-                    continue
-                for j in dependants[what]:
-                    waiting[j] -= 1
-                    if not waiting[j]:
-                        touched.add(make_ready(j))
-            serve(touched, now)
+        self,
+        deps: tuple[np.ndarray, np.ndarray],
+        dependants: tuple[np.ndarray, np.ndarray],
+        priority: Sequence[object] | np.ndarray,
+    ) -> _Times:
+        if isinstance(priority, np.ndarray):
+            by_priority = np.lexsort((np.arange(len(priority)), priority))
+        else:
+            by_priority = np.array(sorted(range(len(priority)), key=lambda i: (priority[i], i)))
+        rank = np.empty(len(by_priority), np.int64)
+        rank[by_priority] = np.arange(len(by_priority))
+        start, end = _list_schedule(
+            self.link, self.lasts_us, self.busy_us, *deps, *dependants, rank, self.num_links
+        )
         return _Times(start, end)
+
+
+def _csr(rows: Sequence[Sequence[int]], count: int) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(count + 1, np.int64)
+    ptr[1:] = np.cumsum([len(row) for row in rows])
+    flat = np.fromiter((x for row in rows for x in row), np.int64, int(ptr[-1]))
+    return ptr, flat
+
+
+@njit(cache=True)
+def _list_schedule(
+    link: np.ndarray,
+    lasts_us: np.ndarray,
+    busy_us: np.ndarray,
+    dep_ptr: np.ndarray,
+    dep_idx: np.ndarray,
+    out_ptr: np.ndarray,
+    out_idx: np.ndarray,
+    rank: np.ndarray,
+    num_links: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every transfer: whenever a link is free, it starts its ready
+    transfer of lowest ``rank``; a transfer is ready once all its dependencies ended.
+
+    Events at one instant (links freeing, then arrivals, each by id) are all applied
+    before anything starts. Each link's ready transfers sit in a binary heap of
+    ranks in the link's own segment of one array.
+    """
+    count = link.size
+    by_rank = np.empty(count, np.int64)
+    by_rank[rank] = np.arange(count)
+    segment = np.zeros(num_links + 1, np.int64)
+    segment[1:] = np.cumsum(np.bincount(link, minlength=num_links))
+    heap = np.empty(count, np.int64)
+    size = np.zeros(num_links, np.int64)
+    free_at = np.zeros(num_links)
+    waiting = dep_ptr[1:] - dep_ptr[:-1]
+    start, end = np.zeros(count), np.zeros(count)
+    big = max(count, num_links)
+    event_us = np.empty(2 * count)
+    event_code = np.empty(2 * count, np.int64)  # link id, or big + arrived transfer
+    events = 0
+    touched = np.empty(num_links, np.int64)
+    is_touched = np.zeros(num_links, np.bool_)
+    num_touched = 0
+    for i in range(count):
+        if waiting[i] == 0:
+            _heap_push(heap, segment[link[i]], size, link[i], rank[i])
+            if not is_touched[link[i]]:
+                is_touched[link[i]] = True
+                touched[num_touched] = link[i]
+                num_touched += 1
+    now = 0.0
+    while True:
+        for k in range(num_touched):
+            lk = touched[k]
+            is_touched[lk] = False
+            if size[lk] and free_at[lk] <= now:
+                i = by_rank[_heap_pop(heap, segment[lk], size, lk)]
+                start[i], end[i] = now, now + lasts_us[i]
+                free_at[lk] = now + busy_us[i]
+                events = _event_push(event_us, event_code, events, free_at[lk], lk)
+                events = _event_push(event_us, event_code, events, end[i], big + i)
+        num_touched = 0
+        if events == 0:
+            break
+        now = event_us[0]
+        while events and event_us[0] == now:
+            code = event_code[0]
+            events = _event_pop(event_us, event_code, events)
+            if code < big:
+                lk = code
+            else:
+                lk = -1
+                for k in range(out_ptr[code - big], out_ptr[code - big + 1]):
+                    j = out_idx[k]
+                    waiting[j] -= 1
+                    if waiting[j] == 0:
+                        _heap_push(heap, segment[link[j]], size, link[j], rank[j])
+                        if not is_touched[link[j]]:
+                            is_touched[link[j]] = True
+                            touched[num_touched] = link[j]
+                            num_touched += 1
+            if lk >= 0 and not is_touched[lk]:
+                is_touched[lk] = True
+                touched[num_touched] = lk
+                num_touched += 1
+    return start, end
+
+
+@njit(cache=True, inline="always")
+def _heap_push(heap: np.ndarray, base: int, size: np.ndarray, lk: int, value: int) -> None:
+    pos = size[lk]
+    size[lk] += 1
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if heap[base + parent] <= value:
+            break
+        heap[base + pos] = heap[base + parent]
+        pos = parent
+    heap[base + pos] = value
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(heap: np.ndarray, base: int, size: np.ndarray, lk: int) -> int:
+    top = heap[base]
+    size[lk] -= 1
+    last = heap[base + size[lk]]
+    n, pos = size[lk], 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        if child + 1 < n and heap[base + child + 1] < heap[base + child]:
+            child += 1
+        if heap[base + child] >= last:
+            break
+        heap[base + pos] = heap[base + child]
+        pos = child
+    if n:
+        heap[base + pos] = last
+    return top
+
+
+@njit(cache=True, inline="always")
+def _event_push(times: np.ndarray, codes: np.ndarray, n: int, time: float, code: int) -> int:
+    pos = n
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if (times[parent], codes[parent]) <= (time, code):
+            break
+        times[pos], codes[pos] = times[parent], codes[parent]
+        pos = parent
+    times[pos], codes[pos] = time, code
+    return n + 1
+
+
+@njit(cache=True, inline="always")
+def _event_pop(times: np.ndarray, codes: np.ndarray, n: int) -> int:
+    n -= 1
+    time, code = times[n], codes[n]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        if child + 1 < n and (times[child + 1], codes[child + 1]) < (times[child], codes[child]):
+            child += 1
+        if (times[child], codes[child]) >= (time, code):
+            break
+        times[pos], codes[pos] = times[child], codes[child]
+        pos = child
+    if n:
+        times[pos], codes[pos] = time, code
+    return n
