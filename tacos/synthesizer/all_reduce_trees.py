@@ -63,6 +63,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
 from tacos.simulate import replay_times
 from tacos.synthesizer import _fabric_kernels as FK
+from tacos.synthesizer._kernels import C_HEAP, heap_pop, heap_push
 from tacos.synthesizer.ownership import collective_owners
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
@@ -527,125 +528,90 @@ def _list_schedule(
     by_rank[rank] = np.arange(count)
     segment = np.zeros(num_links + 1, np.int64)
     segment[1:] = np.cumsum(np.bincount(link, minlength=num_links))
-    heap = np.empty(count, np.int64)
-    size = np.zeros(num_links, np.int64)
+    ranks = np.empty(count, np.int64)
+    queued = np.zeros(num_links, np.int64)
     free_at = np.zeros(num_links)
     waiting = dep_ptr[1:] - dep_ptr[:-1]
     start, end = np.zeros(count), np.zeros(count)
     big = max(count, num_links)
     event_us = np.empty(2 * count)
-    event_code = np.empty(2 * count, np.int64)  # link id, or big + arrived transfer
-    events = 0
+    event_code = np.empty(2 * count, np.int64)  # a link that frees, or big + an arrival
+    counters = np.zeros(C_HEAP + 1, np.int64)
     touched = np.empty(num_links, np.int64)
     is_touched = np.zeros(num_links, np.bool_)
     num_touched = 0
     for i in range(count):
         if waiting[i] == 0:
-            _heap_push(heap, segment[link[i]], size, link[i], rank[i])
-            if not is_touched[link[i]]:
-                is_touched[link[i]] = True
-                touched[num_touched] = link[i]
-                num_touched += 1
+            _rank_push(ranks, segment[link[i]], queued, link[i], rank[i])
+            num_touched = _touch(link[i], touched, is_touched, num_touched)
     now = 0.0
     while True:
         for k in range(num_touched):
             lk = touched[k]
             is_touched[lk] = False
-            if size[lk] and free_at[lk] <= now:
-                i = by_rank[_heap_pop(heap, segment[lk], size, lk)]
+            if queued[lk] and free_at[lk] <= now:
+                i = by_rank[_rank_pop(ranks, segment[lk], queued, lk)]
                 start[i], end[i] = now, now + lasts_us[i]
                 free_at[lk] = now + busy_us[i]
-                events = _event_push(event_us, event_code, events, free_at[lk], lk)
-                events = _event_push(event_us, event_code, events, end[i], big + i)
+                heap_push(event_us, event_code, counters, free_at[lk], lk)
+                heap_push(event_us, event_code, counters, end[i], big + i)
         num_touched = 0
-        if events == 0:
-            break
+        if counters[C_HEAP] == 0:
+            return start, end
         now = event_us[0]
-        while events and event_us[0] == now:
-            code = event_code[0]
-            events = _event_pop(event_us, event_code, events)
+        while counters[C_HEAP] and event_us[0] == now:
+            code = heap_pop(event_us, event_code, counters)
             if code < big:
-                lk = code
-            else:
-                lk = -1
-                for k in range(out_ptr[code - big], out_ptr[code - big + 1]):
-                    j = out_idx[k]
-                    waiting[j] -= 1
-                    if waiting[j] == 0:
-                        _heap_push(heap, segment[link[j]], size, link[j], rank[j])
-                        if not is_touched[link[j]]:
-                            is_touched[link[j]] = True
-                            touched[num_touched] = link[j]
-                            num_touched += 1
-            if lk >= 0 and not is_touched[lk]:
-                is_touched[lk] = True
-                touched[num_touched] = lk
-                num_touched += 1
-    return start, end
+                num_touched = _touch(code, touched, is_touched, num_touched)
+                continue
+            for k in range(out_ptr[code - big], out_ptr[code - big + 1]):
+                j = out_idx[k]
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    _rank_push(ranks, segment[link[j]], queued, link[j], rank[j])
+                    num_touched = _touch(link[j], touched, is_touched, num_touched)
 
 
 @njit(cache=True, inline="always")
-def _heap_push(heap: np.ndarray, base: int, size: np.ndarray, lk: int, value: int) -> None:
-    pos = size[lk]
-    size[lk] += 1
+def _touch(lk: int, touched: np.ndarray, is_touched: np.ndarray, num_touched: int) -> int:
+    """Note that link ``lk`` may start something now; the new count of such links."""
+    if is_touched[lk]:
+        return num_touched
+    is_touched[lk] = True
+    touched[num_touched] = lk
+    return num_touched + 1
+
+
+@njit(cache=True, inline="always")
+def _rank_push(ranks: np.ndarray, base: int, queued: np.ndarray, lk: int, value: int) -> None:
+    """Queue ``value`` on link ``lk``'s min-heap, ``ranks[base : base + queued[lk]]``."""
+    pos = queued[lk]
+    queued[lk] += 1
     while pos > 0:
         parent = (pos - 1) >> 1
-        if heap[base + parent] <= value:
+        if ranks[base + parent] <= value:
             break
-        heap[base + pos] = heap[base + parent]
+        ranks[base + pos] = ranks[base + parent]
         pos = parent
-    heap[base + pos] = value
+    ranks[base + pos] = value
 
 
 @njit(cache=True, inline="always")
-def _heap_pop(heap: np.ndarray, base: int, size: np.ndarray, lk: int) -> int:
-    top = heap[base]
-    size[lk] -= 1
-    last = heap[base + size[lk]]
-    n, pos = size[lk], 0
+def _rank_pop(ranks: np.ndarray, base: int, queued: np.ndarray, lk: int) -> int:
+    """Take the lowest rank off link ``lk``'s min-heap."""
+    top = ranks[base]
+    queued[lk] -= 1
+    last, n, pos = ranks[base + queued[lk]], queued[lk], 0
     while True:
         child = 2 * pos + 1
         if child >= n:
             break
-        if child + 1 < n and heap[base + child + 1] < heap[base + child]:
+        if child + 1 < n and ranks[base + child + 1] < ranks[base + child]:
             child += 1
-        if heap[base + child] >= last:
+        if ranks[base + child] >= last:
             break
-        heap[base + pos] = heap[base + child]
+        ranks[base + pos] = ranks[base + child]
         pos = child
     if n:
-        heap[base + pos] = last
+        ranks[base + pos] = last
     return top
-
-
-@njit(cache=True, inline="always")
-def _event_push(times: np.ndarray, codes: np.ndarray, n: int, time: float, code: int) -> int:
-    pos = n
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if (times[parent], codes[parent]) <= (time, code):
-            break
-        times[pos], codes[pos] = times[parent], codes[parent]
-        pos = parent
-    times[pos], codes[pos] = time, code
-    return n + 1
-
-
-@njit(cache=True, inline="always")
-def _event_pop(times: np.ndarray, codes: np.ndarray, n: int) -> int:
-    n -= 1
-    time, code = times[n], codes[n]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and (times[child + 1], codes[child + 1]) < (times[child], codes[child]):
-            child += 1
-        if (times[child], codes[child]) >= (time, code):
-            break
-        times[pos], codes[pos] = times[child], codes[child]
-        pos = child
-    if n:
-        times[pos], codes[pos] = time, code
-    return n
