@@ -112,8 +112,10 @@ def test_two_servers_reduce_apart_exchange_their_sums_and_the_result_verifies(
 
 def test_two_servers_cross_once_at_one_chunk_per_npu():
     """a100-like pair of servers: Reduce-Scatter then All-Gather crosses the network twice
-    (1.87x the best bound); reducing in each server and swapping the sums crosses once."""
-    assert _times_the_bound_on_trees(from_spec("dgx:2x8,nvlink=300,pcie=32,nic=25"), 1) <= 1.4
+    (1.87x the best bound); reducing in each server and swapping the sums crosses once.
+    Inside a server the GPUs take turns at each root, as a crossbar scheduler would (in
+    chunk order: 1.39x)."""
+    assert _times_the_bound_on_trees(from_spec("dgx:2x8,nvlink=300,pcie=32,nic=25"), 1) <= 1.32
 
 
 def test_all_reduce_on_a_mesh_overlaps_reduction_and_broadcast():
