@@ -31,9 +31,11 @@ count those):
 * ``latency_cut``: cuts counted chunk by chunk, each chunk no sooner at a
   cut's link than it can travel there (:mod:`tacos.latency_cuts`): with few
   chunks per NPU, a cluster's NICs cannot start before the first chunks
-  reach them, and move whole chunks one at a time. For All-Reduce it also
-  counts the gossip messages between servers (:mod:`tacos.gossip_bound`) that
-  way.
+  reach them, and move whole chunks one at a time. For All-Reduce every chunk
+  entering a cut carries the data of the rank farthest from it (a mesh corner
+  takes in no result before the opposite corner's data has crossed the mesh),
+  and the gossip messages between servers (:mod:`tacos.gossip_bound`) are
+  counted that way too.
 
 The counts come from the collective's own pre- and postcondition
 (:meth:`tacos.collective.Collective.initial_data` and ``final_data``).

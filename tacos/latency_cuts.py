@@ -27,8 +27,14 @@ What ``K`` and the starting ranks are, per collective:
   Reduce-Scatter run backwards in time over reversed links is an All-Gather,
   with the same links busy for the same times).
 * All-Reduce: every chunk's result needs data from both sides of any cut with
-  ranks on both sides, so every chunk enters ``X`` and leaves it, starting
-  from the ranks on the far side.
+  ranks on both sides, so every chunk enters ``X`` and leaves it. Entering, it
+  carries the data of every rank outside, in particular of the one farthest
+  from ``X``: for each chunk some transfer into ``X`` carries that rank's
+  part, so ``r_e`` is the time from that one rank (a mesh corner cannot hold
+  any result before the opposite corner's data has crossed the mesh, and
+  then takes in a chunk at a time: mesh2d:8x8 with one chunk per NPU, 45
+  chunk times where the link capacity gives 36). Leaving, it starts from the
+  ranks inside.
 
 Which sets: the components of the links at least as fast as each bandwidth of
 the topology but the slowest (a server's NVLink domain, a server with its
@@ -80,13 +86,16 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
     def entering(inside: np.ndarray) -> float:
         """When the chunks that must enter ``inside`` can have reached its ranks."""
         outside_ranks = ranks & ~inside
+        inside_ranks = np.flatnonzero(ranks & inside)
+        into = ~inside[src] & inside[dst]
         if kind is CollectiveKind.ALL_REDUCE:
             count = collective.num_chunks
+            far = _farthest(timed, np.flatnonzero(outside_ranks), inside_ranks)
+            ready = timed.forward.from_nodes([far])[src[into]]
         else:
             count = collective.chunks_per_rank * int(outside_ranks.sum())
-        into = ~inside[src] & inside[dst]
-        ready = timed.forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
-        onward = timed.backward.from_nodes(np.flatnonzero(ranks & inside))[dst[into]]
+            ready = timed.forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
+        onward = timed.backward.from_nodes(inside_ranks)[dst[into]]
         first = ready + timed.duration[into] + onward
         return earliest_to_move(first, timed.busy[into], count)
 
@@ -97,6 +106,12 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
     if gossips(topology, collective):
         bound = max(bound, _gossip_latency_us(topology, timed, collective.num_chunks))
     return bound
+
+
+def _farthest(timed: _TimedLinks, candidates: np.ndarray, targets: np.ndarray) -> int:
+    """The candidate whose data takes longest to reach the nearest of ``targets``."""
+    to_targets = timed.backward.from_nodes(targets)[candidates]
+    return int(candidates[np.argmax(to_targets)])
 
 
 def gossip_latency_bound_us(topology: Topology, collective: Collective) -> float:

@@ -32,6 +32,19 @@ def test_one_chunk_per_gpu_on_a_dgx_cluster_waits_for_the_nics():
     assert bounds.diameter_us == pytest.approx(77.46, abs=0.01)
 
 
+def test_an_all_reduce_waits_for_the_farthest_data_at_every_rank():
+    # mesh2d:8x8, one chunk per NPU: a corner needs, for each of the 64 chunks, a
+    # transfer carrying the opposite corner's part, which is 13 links away from the
+    # corner's neighbours: the first can arrive after 14 chunk times, then each of the
+    # corner's two in-links brings one per chunk time: 14 + 31 = 45 chunk times. The
+    # links' capacity alone gives 36 (the old best bound).
+    topo = tacos.load_topology("mesh2d:8x8")
+    bounds = tacos.lower_bounds(topo, Collective(AR, tuple(topo.npus), 1, 2**20))
+    chunk_us = topo.links[0].transfer_time_us(2**20)
+    assert bounds.latency_cut_us == pytest.approx(45 * chunk_us)
+    assert bounds.link_capacity_us == pytest.approx(36 * chunk_us)
+
+
 def test_reduce_scatter_is_all_gather_on_the_transposed_network():
     topo = tacos.Topology(
         3, (tacos.Link(0, 1, 100, 1), tacos.Link(1, 2, 25, 1), tacos.Link(2, 0, 50, 3)), name="tri"
