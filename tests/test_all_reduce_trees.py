@@ -80,7 +80,7 @@ def test_the_same_seed_gives_the_same_schedule():
     assert list(first) == list(tree_all_reduce(topology, spec, [topology.npus], random.Random(5)))
 
 
-def test_it_is_tried_for_uneven_direct_links_and_for_two_servers():
+def test_it_is_tried_for_uneven_direct_links_and_for_two_or_four_servers():
     mesh, torus = from_spec("mesh2d:4x4"), from_spec("torus2d:4x4")
     whole = (tuple(mesh.npus),)
     assert tree_all_reduce_layouts(mesh, [_all_reduce(mesh)], None) == [whole]
@@ -92,17 +92,19 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_servers():
     assert tree_all_reduce_layouts(mesh, [Collective(AR, (0, 1, 2, 3))], None) == []
     two = from_spec("dgx:2x4")
     assert tree_all_reduce_layouts(two, [_all_reduce(two)], None) == [((0, 1, 2, 3), (4, 5, 6, 7))]
-    four = from_spec("dgx:4x4")  # an exchange among four roots sends three sums each
-    assert tree_all_reduce_layouts(four, [_all_reduce(four)], None) == []
+    four = from_spec("dgx:4x4")  # recursive doubling: two sums per root and chunk
+    assert len(tree_all_reduce_layouts(four, [_all_reduce(four)], None)[0]) == 4
+    three, eight = from_spec("dgx:3x4"), from_spec("dgx:8x2")
+    assert tree_all_reduce_layouts(three, [_all_reduce(three)], None) == []
+    assert tree_all_reduce_layouts(eight, [_all_reduce(eight)], None) == []
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters(max_servers=2), st.integers(1, 3), st.integers(0, 2**16))
-def test_two_servers_reduce_apart_exchange_their_sums_and_the_result_verifies(
-    topology, chunks, seed
-):
-    """Each server reduces a chunk into one GPU; the two GPUs swap partial sums (each
-    sends its own before the other's arrives, or the attempt is dropped)."""
+@given(clusters(max_servers=4), st.integers(1, 3), st.integers(0, 2**16))
+def test_servers_reduce_apart_exchange_their_sums_and_the_result_verifies(topology, chunks, seed):
+    """Each server reduces a chunk into one GPU; the GPUs swap partial sums by recursive
+    doubling (each sends before the round's sum arrives in it, or the attempt is
+    dropped)."""
     spec = _all_reduce(topology, chunks)
     for servers in tree_all_reduce_layouts(topology, [spec], None):  # none if speeds hide them
         transfers = tree_all_reduce(topology, spec, servers, random.Random(seed))

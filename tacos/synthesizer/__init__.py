@@ -15,9 +15,10 @@ NPUs, with or without switches; All-Gather / Reduce-Scatter / All-Reduce over
 all NPUs). ``engine="auto"`` takes the fast one for problems above
 :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
 compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
-processes) and keeps the fastest schedule, the lowest seed on ties. An All-Reduce
-may instead come from :mod:`.all_reduce_trees` (meshes and two-server clusters),
-when that is faster; ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
+processes) and keeps the fastest schedule, the lowest seed on ties. An
+All-Reduce may instead come from :mod:`.all_reduce_trees` (meshes, clusters of
+two or four servers) when that is faster; ``meta["construction"]`` says which
+(``"greedy"`` or ``"trees"``).
 
 ``algorithm`` picks what is built: ``"tacos"`` (the default of this function),
 one of the classic algorithms of :mod:`tacos.classic` (``"ring"``,

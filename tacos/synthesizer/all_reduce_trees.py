@@ -11,9 +11,10 @@ its partial sums while its in-links bring it finished chunks. On two servers
 joined by a slow network, the greedy's chunks cross it twice (reduced into an
 owner in one server, then gathered back), which at one chunk per GPU costs
 1.6-1.9x the best bound; reducing each chunk inside both servers and swapping
-the two sums crosses once.
+the two sums crosses once (four servers: twice, but each root sends only two
+sums per chunk).
 
-How, for NPUs split into groups (the whole network, or two servers):
+How, for NPUs split into groups (the whole network, or two or four servers):
 
 1. **Messages.** A message goes from an NPU to an NPU over a direct link or
    through switches only (never through another NPU, which would add itself
@@ -27,9 +28,10 @@ How, for NPUs split into groups (the whole network, or two servers):
    trees of earlier chunks. Paths are shortest ones and link loads level out
    (mesh2d:8x8: the busiest link carries 1.06x the link-capacity bound).
 3. **Exchange.** With two groups, each root sends the other its group's sum,
-   which is added in on arrival. A root must send its own sum before the
-   other's has been added to it (else the other counts itself twice); a
-   schedule where that fails is dropped.
+   which is added in on arrival; with four, recursive doubling (two such
+   rounds, between roots whose group indices differ in one bit). A root must
+   send what it has summed before that round's sum has been added to it (else
+   the other counts itself twice); a schedule where that fails is dropped.
 4. **Order.** Chunks are launched round-robin over their owners (owners in a
    seeded random order), so neighbouring launches load different links.
 5. **List scheduling.** Every link serves, of the transfers whose inputs have
@@ -44,10 +46,10 @@ How, for NPUs split into groups (the whole network, or two servers):
 
 The entry point builds this for each layout :func:`tree_all_reduce_layouts`
 offers and keeps it only when it beats the greedy: on networks of direct
-links with uneven NPU bandwidth (meshes, heterogeneous meshes) and on two
-servers. Elsewhere Reduce-Scatter then All-Gather is at its bound (tori,
-rings) or crosses the network as little (several servers: an exchange among
-``k`` roots sends ``k - 1`` sums per root and chunk).
+links with uneven NPU bandwidth (meshes, heterogeneous meshes) and on two or
+four servers. Elsewhere Reduce-Scatter then All-Gather is at its bound (tori,
+rings) or crosses the network as little (eight servers would need three
+rounds of exchange; Reduce-Scatter then All-Gather crosses twice).
 """
 
 from __future__ import annotations
@@ -77,10 +79,12 @@ transfers, takes about 3 s against the greedy's 0.2 s; building the trees is mos
 FORWARD_BACKWARD_ROUNDS = 6
 """Rounds after the first pass (mesh2d:8x8, 4 chunks per NPU, 4 seeds: 1.21-1.23 of the
 bound after 4 rounds, 1.19-1.22 after 8)."""
-EXCHANGING_GROUPS = 2
-"""Servers are reduced apart and exchange their sums only when there are two: each root
-then sends one partial sum per chunk, as in Reduce-Scatter then All-Gather; with four,
-three (dgx:4x8 at one chunk per NPU: 2.26x the best bound, against 1.54x for the greedy)."""
+EXCHANGING_GROUPS = (2, 4)
+"""Servers are reduced apart and exchange their sums by recursive doubling when there
+are two or four: each root sends one or two sums per chunk. With eight it would cross
+the network three times, where Reduce-Scatter then All-Gather crosses twice; an
+exchange of every root with every other measured 2.26x the best bound on dgx:4x8 at one
+chunk per NPU (the greedy: 1.54x)."""
 SETTLED_AFTER_IDLE_ROUNDS = 2
 """Rounds stop once this many in a row gained nothing (mesh2d:8x8 at 16 chunks per NPU
 settles after three rounds; a100-2node at 4 gains again after one idle round)."""
@@ -109,7 +113,7 @@ def tree_all_reduce_layouts(
     if not topology.num_switches and len(in_bandwidth) > 1:
         layouts.append((tuple(topology.npus),))
     servers = node_groups(topology, spec.ranks)
-    if servers is not None and len(servers) == EXCHANGING_GROUPS:
+    if servers is not None and len(servers) in EXCHANGING_GROUPS:
         layouts.append(tuple(tuple(server) for server in servers))
     routes = _Routes(topology, spec.chunk_bytes)
     return [
@@ -425,7 +429,7 @@ class _Plan:
         """Reduce into every group's root, exchange the roots' sums, broadcast from each root."""
         sums_at: dict[int, list[int]] = {}  # root -> last hops that add into it
         broadcasts = []
-        exchange = 1 if len(roots) > 1 else 0
+        rounds = (len(roots) - 1).bit_length()  # recursive doubling among the roots
         for root, inside in zip(roots, members, strict=True):
             from_root, to_root = distances[root]
             up = self._parents(root, inside, to_root, up=True)
@@ -435,28 +439,14 @@ class _Plan:
             into: dict[int, list[int]] = {}
             for npu in sorted(up, key=lambda n: (-to_go[n], n)):  # children before parents
                 parent, route = up[npu]
-                rest = to_go[npu] + exchange + below[root]
+                rest = to_go[npu] + rounds + below[root]
                 _, last = self._message(
                     chunk, route, Op.REDUCE, tuple(into.get(npu, ())), REDUCING, rest
                 )
                 into.setdefault(parent, []).append(last)
             sums_at[root] = into.get(root, [])
             broadcasts.append((root, down, below))
-        own_sums = {root: tuple(sums_at[root]) for root in roots}
-        sent: dict[int, list[int]] = {root: [] for root in roots}
-        arrived: dict[int, list[int]] = {root: [] for root in roots}
-        for root, (_, _, below) in zip(roots, broadcasts, strict=True):
-            for peer in roots:
-                if peer != root:
-                    route = self.routes.from_npu(root)[peer][1]
-                    first, last = self._message(
-                        chunk, route, Op.REDUCE, own_sums[root], EXCHANGING, 1 + below[root]
-                    )
-                    sent[root].append(first)
-                    arrived[peer].append(last)
-        for root in roots:
-            sums_at[root] += arrived[root]
-            self.exchanges += [(out, into) for out in sent[root] for into in arrived[root]]
+        self._exchange(chunk, roots, sums_at, [below[root] for root, _, below in broadcasts])
         for root, down, below in broadcasts:
             got = {root: tuple(sums_at[root])}
             depth = _depths(root, {npu: parent for npu, (parent, _) in down.items()})
@@ -466,6 +456,35 @@ class _Plan:
                     chunk, route, Op.COPY, got[parent], BROADCASTING, 1 + below[npu]
                 )
                 got[npu] = (last,)
+
+    def _exchange(
+        self,
+        chunk: int,
+        roots: Sequence[int],
+        sums_at: dict[int, list[int]],
+        broadcast_depth: Sequence[int],
+    ) -> None:
+        """Recursive doubling among the roots: in round ``r`` each root sends what it has
+        summed so far to the root whose index differs in bit ``r``, which adds it in.
+        A root's send must leave before that round's sum arrives in it (checked after
+        re-timing, :attr:`exchanges`)."""
+        rounds = (len(roots) - 1).bit_length()
+        for step in range(rounds):
+            sent: dict[int, int] = {}
+            arrived: dict[int, list[int]] = {root: [] for root in roots}
+            for index, root in enumerate(roots):
+                peer_index = index ^ (1 << step)
+                peer = roots[peer_index]
+                route = self.routes.from_npu(root)[peer][1]
+                rest = rounds - step + broadcast_depth[peer_index]
+                first, last = self._message(
+                    chunk, route, Op.REDUCE, tuple(sums_at[root]), EXCHANGING, rest
+                )
+                sent[root] = first
+                arrived[peer].append(last)
+            for root in roots:
+                self.exchanges += [(sent[root], into) for into in arrived[root]]
+                sums_at[root] += arrived[root]
 
 
 def _depths(root: int, parent_of: dict[int, int]) -> dict[int, int]:
