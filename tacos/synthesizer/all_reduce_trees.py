@@ -98,8 +98,8 @@ def tree_all_reduce_layouts(
     topology: Topology, specs: Sequence[Collective], sends_in_flight: int | None
 ) -> list[tuple[tuple[int, ...], ...]]:
     """The groups worth building :func:`tree_all_reduce` for (see the module docstring):
-    the whole network on direct links with uneven NPU bandwidth, and the servers of a
-    cluster whose same-place NPUs reach each other through switches."""
+    the whole network on direct links with uneven NPU bandwidth, and the two or four
+    servers of a cluster whose same-place NPUs reach each other through switches."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
@@ -124,9 +124,11 @@ def tree_all_reduce_layouts(
 
 
 def _transfers(groups: Sequence[Sequence[int]], chunks: int, hops: int) -> int:
-    """How many transfers the plan makes at most, messages of at most ``hops`` links."""
-    npus = sum(len(group) for group in groups)
-    return chunks * (2 * (npus - len(groups)) + len(groups) * (len(groups) - 1)) * hops
+    """How many transfers the plan makes at most, messages of at most ``hops`` links: per
+    chunk, one up and one down per NPU but the roots, and each root's exchange rounds."""
+    npus, roots = sum(len(group) for group in groups), len(groups)
+    exchanged = roots * (roots - 1).bit_length()
+    return chunks * (2 * (npus - roots) + exchanged) * hops
 
 
 def tree_all_reduce(
@@ -174,10 +176,9 @@ def _first_passes(
       queue (a100-2node at one chunk per GPU: 1.386 of the best bound, 1.309 so).
     """
     place = {npu: (index, len(group)) for group in groups for index, npu in enumerate(group)}
-    turns: dict[tuple[int, int], dict[int, int]] = {}
+    turns: dict[tuple[int, int], dict[int, int]] = {}  # (hub, phase) -> launch -> turn
     for planned in plan.transfers:
-        hub = planned.receiver if planned.phase == REDUCING else planned.sender
-        turns.setdefault((hub, planned.phase), {})[launch[planned.transfer.chunk]] = 0
+        turns.setdefault((planned.hub, planned.phase), {})[launch[planned.transfer.chunk]] = 0
     for chunks in turns.values():
         for turn, chunk in enumerate(sorted(chunks)):
             chunks[chunk] = turn
@@ -185,10 +186,10 @@ def _first_passes(
     by_phase: list[tuple[int, ...]] = []
     for planned in plan.transfers:
         chunk, phase = launch[planned.transfer.chunk], planned.phase
-        hub = planned.receiver if phase == REDUCING else planned.sender
         (at, size), (sender_at, _) = place[planned.receiver], place[planned.sender]
+        turn = turns[(planned.hub, phase)][chunk]
         by_chunk.append((chunk, phase, -planned.rest))
-        by_phase.append((phase, turns[(hub, phase)][chunk], (at - sender_at) % size, -planned.rest))
+        by_phase.append((phase, turn, (at - sender_at) % size, -planned.rest))
     return [by_chunk, by_phase]
 
 
@@ -363,11 +364,19 @@ class _Planned(NamedTuple):
     receiver: int
     """The NPUs the message this transfer is a hop of goes from and to."""
 
+    @property
+    def hub(self) -> int:
+        """The NPU its phase gathers at or spreads from: the receiver while reducing, the
+        sender after."""
+        return self.receiver if self.phase == REDUCING else self.sender
+
 
 class _Plan:
-    """Every chunk's trees as transfers (times unset), in an order where dependencies
-    come first. ``exchanges`` are the (root's first hop out, last hop into that root) pairs of
-    every chunk's exchange of partial sums.
+    """Every chunk's trees as transfers (times unset), dependencies first.
+
+    ``exchanges`` pairs, in plan indices, a root's first hop out in an exchange
+    round with a last hop into that root in the same round: the send must start
+    before the arrival ends.
     """
 
     def __init__(
