@@ -6,7 +6,6 @@ import random
 import sys
 from pathlib import Path
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_networks import clusters, random_topologies
@@ -15,11 +14,7 @@ import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.linkmodel import CostModel
 from tacos.schedule import Op, Schedule
-from tacos.synthesizer.all_reduce_trees import (
-    _list_schedule,
-    tree_all_reduce,
-    tree_all_reduce_layouts,
-)
+from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_layouts
 from tacos.topology import from_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -141,19 +136,3 @@ def test_plain_tacos_stays_the_greedy():
     topology = from_spec("mesh2d:4x4")
     spec = _all_reduce(topology, 4)
     assert tacos.synthesize(topology, spec, policy="random").meta["construction"] == "greedy"
-
-
-def test_a_free_link_starts_its_ready_transfer_of_lowest_rank():
-    """The compiled list scheduler on three transfers: two ready on link 0 (ranks 1 and 0),
-    one on link 1 that waits for the first of them."""
-    link = np.array([0, 0, 1])
-    lasts = np.array([2.0, 3.0, 1.0])
-    busy = np.array([2.0, 3.0, 1.0])
-    deps_ptr, deps = np.array([0, 0, 0, 1]), np.array([0])
-    dependants_ptr, dependants = np.array([0, 1, 1, 1]), np.array([2])
-    rank = np.array([1, 0, 2])
-    start, end = _list_schedule(
-        link, lasts, busy, deps_ptr, deps, dependants_ptr, dependants, rank, 2
-    )
-    assert start.tolist() == [3.0, 0.0, 5.0]  # rank 0 first; the dependant after its input
-    assert end.tolist() == [5.0, 3.0, 6.0]
