@@ -578,15 +578,19 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 
 def _winner(meta: dict[str, Any]) -> str:
-    """``best of 3 built: ring (bidirectional), TACOS 180.281 us`` or ``algorithm ring (...)``."""
+    """``best of 3 built: ring (bidirectional), TACOS 180.281 us``, ``best of 1 built: tacos
+    (trees)`` or ``algorithm ring (...)``."""
     name = meta.get("algorithm", "tacos")
     if meta.get("variant") not in (None, name):
         name += f" ({meta['variant']})"
+    if name == "tacos" and meta.get("construction") == "trees":
+        name += " (trees)"  # an All-Reduce from tacos.synthesizer.all_reduce_trees
     built = meta.get("candidates_us")
     if built is None:
         return f"algorithm {name}"
     tacos_us = built.get("tacos")
-    versus = f", TACOS {tacos_us:.6g} us" if name != "tacos" and tacos_us is not None else ""
+    lost = tacos_us is not None and not name.startswith("tacos")
+    versus = f", TACOS {tacos_us:.6g} us" if lost else ""
     return f"best of {len(built)} built: {name}{versus}"
 
 

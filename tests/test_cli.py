@@ -39,6 +39,16 @@ def test_synthesize_prints_one_json_object_with_the_key_figures(capsys, tmp_path
     assert Schedule.load(target).collective.chunk_bytes == 512 * 1024
 
 
+def test_synthesize_says_when_an_all_reduce_comes_from_the_trees(capsys, tmp_path):
+    code, out, _ = run(
+        capsys, "synthesize", "--topology", "mesh2d:4x4", "--collective", "all-reduce",
+        "--chunks-per-npu", "4", "-o", str(tmp_path / "s.json"),
+    )  # fmt: skip
+    assert code == 0
+    assert "built: tacos (trees); wrote" in out
+    assert Schedule.load(tmp_path / "s.json").meta["construction"] == "trees"
+
+
 def test_verify_and_simulate_read_a_saved_schedule(capsys, tmp_path):
     target = tmp_path / "s.json"
     run(capsys, "synthesize", "--topology", "hypercube:3", "--collective", "reduce-scatter",
