@@ -86,16 +86,17 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
     def entering(inside: np.ndarray) -> float:
         """When the chunks that must enter ``inside`` can have reached its ranks."""
         outside_ranks = ranks & ~inside
-        inside_ranks = np.flatnonzero(ranks & inside)
+        to_inside = timed.backward.from_nodes(np.flatnonzero(ranks & inside))
         into = ~inside[src] & inside[dst]
         if kind is CollectiveKind.ALL_REDUCE:
             count = collective.num_chunks
-            far = _farthest(timed, np.flatnonzero(outside_ranks), inside_ranks)
-            ready = timed.forward.from_nodes([far])[src[into]]
+            candidates = np.flatnonzero(outside_ranks)
+            farthest = int(candidates[np.argmax(to_inside[candidates])])
+            ready = timed.forward.from_nodes([farthest])[src[into]]
         else:
             count = collective.chunks_per_rank * int(outside_ranks.sum())
             ready = timed.forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
-        onward = timed.backward.from_nodes(inside_ranks)[dst[into]]
+        onward = to_inside[dst[into]]
         first = ready + timed.duration[into] + onward
         return earliest_to_move(first, timed.busy[into], count)
 
@@ -106,12 +107,6 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
     if gossips(topology, collective):
         bound = max(bound, _gossip_latency_us(topology, timed, collective.num_chunks))
     return bound
-
-
-def _farthest(timed: _TimedLinks, candidates: np.ndarray, targets: np.ndarray) -> int:
-    """The candidate whose data takes longest to reach the nearest of ``targets``."""
-    to_targets = timed.backward.from_nodes(targets)[candidates]
-    return int(candidates[np.argmax(to_targets)])
 
 
 def gossip_latency_bound_us(topology: Topology, collective: Collective) -> float:

@@ -65,7 +65,7 @@ from tacos.classic.network import node_groups
 from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
 from tacos.simulate import replay_times
-from tacos.synthesizer import _fabric_kernels as FK
+from tacos.synthesizer.fast_fabric import replay_times_of
 from tacos.synthesizer.list_scheduling import Timeline, Times
 from tacos.synthesizer.ownership import collective_owners
 from tacos.topology import Topology
@@ -148,15 +148,19 @@ def tree_all_reduce(
         (_settled(timeline, first) for first in _first_passes(plan, groups, launch)),
         key=lambda times: times.finish_us,
     )
-    table = TransferTable.from_transfers(transfers)
-    start, end = _replayed(table, best.start, topology, spec.chunk_bytes)
+    planned = TransferTable.from_transfers(transfers)
+    recorded = TransferTable(
+        planned.chunk, planned.src, planned.dst, planned.link, best.start, best.end,
+        planned.op, planned.deps_ptr, planned.deps,
+    )  # fmt: skip
+    start, end = _replayed(recorded, topology, spec.chunk_bytes)
     if not all(start[out] < end[into] for out, into in plan.exchanges):
         return None  # a root would send its sum after the other's was added in
     retimed = TransferTable(
-        table.chunk, table.src, table.dst, table.link, start, end, table.op,
-        table.deps_ptr, table.deps,
+        planned.chunk, planned.src, planned.dst, planned.link, start, end, planned.op,
+        planned.deps_ptr, planned.deps,
     )  # fmt: skip
-    return retimed.take(np.lexsort((table.link, start)))
+    return retimed.take(np.lexsort((planned.link, start)))
 
 
 def _first_passes(
@@ -211,26 +215,17 @@ def _settled(timeline: Timeline, first: Sequence[object]) -> Times:
 
 
 def _replayed(
-    table: TransferTable, recorded_start: np.ndarray, topology: Topology, chunk_bytes: int
+    recorded: TransferTable, topology: Topology, chunk_bytes: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every row as :mod:`tacos.simulate` replays it, an NPU's link
-    taking its transfers in order of ``recorded_start`` (compiled for the default
-    cost model, the one the compiled replay knows)."""
+    taking its transfers in order of recorded start (compiled for the default cost
+    model, the one the compiled replay knows)."""
     if topology.cost.is_default:
-        start, end, _, finished = FK.replay(
-            table.link, table.chunk, table.op, table.deps_ptr, table.deps, recorded_start,
-            table.src >= topology.num_npus,
-            np.asarray(topology.link_times_us(chunk_bytes), np.float64),
-        )  # fmt: skip
-        assert finished == len(table), "trees have no cycles"
+        start, end, _ = replay_times_of(recorded, topology, chunk_bytes)
         return start, end
-    order = np.lexsort((np.arange(len(table)), table.link, recorded_start))
-    recorded = TransferTable(
-        table.chunk, table.src, table.dst, table.link, recorded_start, recorded_start,
-        table.op, table.deps_ptr, table.deps,
-    )  # fmt: skip
+    order = np.lexsort((np.arange(len(recorded)), recorded.link, recorded.start))
     starts, ends = replay_times(list(recorded.take(order)), topology, chunk_bytes)
-    start, end = np.empty(len(table)), np.empty(len(table))
+    start, end = np.empty(len(recorded)), np.empty(len(recorded))
     start[order], end[order] = starts, ends
     return start, end
 

@@ -209,12 +209,12 @@ def fabric_spread(
     return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
 
 
-def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
-    """``retime_asap`` without port limits: replayed times, sorted by (start, link, position).
-
-    ``transfers`` need not be in start order: the replay orders an NPU's link by
-    recorded start, and no two transfers of one link start together.
-    """
+def replay_times_of(
+    transfers: TransferTable, topology: Topology, chunk_bytes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, its start and end as the compiled replay times it (the default cost
+    model, no port limits; an NPU's link in order of recorded start), and the rows in
+    order of (start, link, position)."""
     start, end, in_start_order, finished = FK.replay(
         transfers.link, transfers.chunk, transfers.op, transfers.deps_ptr, transfers.deps,
         transfers.start, transfers.src >= topology.num_npus,
@@ -222,6 +222,16 @@ def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int)
     )  # fmt: skip
     if finished < len(transfers):
         raise TacosError("the synthesized schedule deadlocks in its replay (a bug: please report)")
+    return start, end, in_start_order
+
+
+def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
+    """``retime_asap`` without port limits: replayed times, sorted by (start, link, position).
+
+    ``transfers`` need not be in start order: the replay orders an NPU's link by
+    recorded start, and no two transfers of one link start together.
+    """
+    start, end, in_start_order = replay_times_of(transfers, topology, chunk_bytes)
     retimed = TransferTable(
         transfers.chunk, transfers.src, transfers.dst, transfers.link, start, end, transfers.op,
         transfers.deps_ptr, transfers.deps,

@@ -23,6 +23,7 @@ from numba import njit
 
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer._kernels import C_HEAP, heap_pop, heap_push
+from tacos.synthesizer.arrays import csr
 from tacos.topology import Topology
 
 
@@ -42,23 +43,20 @@ class Timeline:
     """List scheduling of fixed transfers on their links, forwards or backwards in time."""
 
     def __init__(self, topology: Topology, transfers: Sequence[Transfer], chunk_bytes: int):
-        cost = topology.cost
         self.num_links = len(topology.links)
         self.link = np.fromiter((t.link for t in transfers), np.int64, len(transfers))
         deps = [sorted(set(t.deps)) for t in transfers]
-        self.deps = _csr(deps, len(transfers))
+        self.deps = csr(deps)
         dependants: list[list[int]] = [[] for _ in transfers]
         for i, before in enumerate(deps):
             for d in before:
                 dependants[d].append(i)
-        self.dependants = _csr(dependants, len(transfers))
+        self.dependants = csr(dependants)
         reduces = np.fromiter((t.op is Op.REDUCE for t in transfers), np.bool_, len(transfers))
         reduce_us = topology.reduce_time_us(chunk_bytes) if reduces.any() else 0.0
-        arrival = np.array([cost.arrival_us(link, chunk_bytes) for link in topology.links])
-        busy = arrival if cost.link_model == "paper" else np.array(
-            [cost.busy_us(link, chunk_bytes) for link in topology.links])  # fmt: skip
+        arrival = np.asarray(topology.link_times_us(chunk_bytes))
         self.lasts_us = arrival[self.link] + np.where(reduces, reduce_us, 0.0)
-        self.busy_us = busy[self.link]
+        self.busy_us = np.asarray(topology.link_busy_times_us(chunk_bytes))[self.link]
 
     def forward(self, priority: Sequence[object] | np.ndarray) -> Times:
         """Each link serves its ready transfer of smallest ``priority`` whenever it is free
@@ -85,13 +83,6 @@ class Timeline:
             self.link, self.lasts_us, self.busy_us, *deps, *dependants, rank, self.num_links
         )
         return Times(start, end)
-
-
-def _csr(rows: Sequence[Sequence[int]], count: int) -> tuple[np.ndarray, np.ndarray]:
-    ptr = np.zeros(count + 1, np.int64)
-    ptr[1:] = np.cumsum([len(row) for row in rows])
-    flat = np.fromiter((x for row in rows for x in row), np.int64, int(ptr[-1]))
-    return ptr, flat
 
 
 @njit(cache=True)
