@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -68,6 +69,10 @@ from tacos.topology import Topology
 
 MAX_SETS = 64
 """At most this many sets per bandwidth level, and this many single ranks."""
+_Item = TypeVar("_Item")
+
+MAX_LEVELS = 8
+"""All-Gather: at most this many distances from a set to count the farther ranks' chunks at."""
 
 
 def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
@@ -88,17 +93,20 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         outside_ranks = ranks & ~inside
         to_inside = timed.backward.from_nodes(np.flatnonzero(ranks & inside))
         into = ~inside[src] & inside[dst]
+        candidates = np.flatnonzero(outside_ranks)
         if kind is CollectiveKind.ALL_REDUCE:
-            count = collective.num_chunks
-            candidates = np.flatnonzero(outside_ranks)
             farthest = int(candidates[np.argmax(to_inside[candidates])])
             ready = timed.forward.from_nodes([farthest])[src[into]]
-        else:
-            count = collective.chunks_per_rank * int(outside_ranks.sum())
-            ready = timed.forward.from_nodes(np.flatnonzero(outside_ranks))[src[into]]
-        onward = to_inside[dst[into]]
-        first = ready + timed.duration[into] + onward
-        return earliest_to_move(first, timed.busy[into], count)
+            return _moved_by(timed, into, ready, to_inside, collective.num_chunks)
+        # All-Gather: the chunks of the ranks at least some distance away, counted from
+        # the nearest of those ranks, for a few such distances (farthest first).
+        bound = 0.0
+        for distance in _spread_levels(to_inside[candidates]):
+            far = candidates[to_inside[candidates] >= distance]
+            ready = timed.forward.from_nodes(far)[src[into]]
+            count = collective.chunks_per_rank * len(far)
+            bound = max(bound, _moved_by(timed, into, ready, to_inside, count))
+        return bound
 
     bound = 0.0
     for inside in _node_sets(topology, ranks):
@@ -107,6 +115,21 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
     if gossips(topology, collective):
         bound = max(bound, _gossip_latency_us(topology, timed, collective.num_chunks))
     return bound
+
+
+def _moved_by(
+    timed: _TimedLinks, into: np.ndarray, ready: np.ndarray, to_inside: np.ndarray, count: int
+) -> float:
+    """When the links ``into`` a set can have brought ``count`` chunks to its ranks, each
+    chunk at a link's tail no sooner than ``ready`` (per link into the set)."""
+    first = ready + timed.duration[into] + to_inside[timed.dst[into]]
+    return earliest_to_move(first, timed.busy[into], count)
+
+
+def _spread_levels(distances_us: np.ndarray) -> list[float]:
+    """At most ``MAX_LEVELS`` of the distinct ``distances_us``, evenly spread, the
+    smallest (every rank) and the largest included."""
+    return [float(d) for d in _spread(np.unique(distances_us).tolist(), MAX_LEVELS)]
 
 
 def gossip_latency_bound_us(topology: Topology, collective: Collective) -> float:
@@ -214,9 +237,9 @@ def _node_sets(topology: Topology, ranks: np.ndarray) -> list[np.ndarray]:
     return list(sets.values())
 
 
-def _spread(items: Sequence[int]) -> list[int]:
-    """At most ``MAX_SETS`` of ``items``, evenly spaced, first and last included."""
-    if len(items) <= MAX_SETS:
+def _spread(items: Sequence[_Item], most: int = MAX_SETS) -> list[_Item]:
+    """At most ``most`` of ``items`` (sorted), evenly spaced, first and last included."""
+    if len(items) <= most:
         return list(items)
-    step = (len(items) - 1) / (MAX_SETS - 1)
-    return sorted({items[round(i * step)] for i in range(MAX_SETS)})
+    step = (len(items) - 1) / (most - 1)
+    return [items[i] for i in sorted({round(i * step) for i in range(most)})]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import REFERENCE_DIR
 from random_networks import clusters, random_topologies
 
 import tacos
@@ -16,20 +17,41 @@ from tacos.shortest_paths import LinkTimes
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
 
 
-def test_one_chunk_per_gpu_on_a_dgx_cluster_waits_for_the_nics():
-    # dgx:4x8, 1 MiB per GPU: a server's 8 NICs must bring in 24 chunks, 3 each. The
-    # first can leave a GPU of another server at 0, crosses its PCIe link (15.26 us
-    # + 0.25) and NIC link (19.53 + 1) to the leaf, then the leaf -> NIC link
-    # (20.53) and the NIC -> GPU link (15.51): 72.08 us; each NIC link then takes
-    # 20.53 us per further chunk: 72.08 + 2 x 20.53 = 113.14 us. The farthest pair
-    # alone (the old best bound) is 77.46 us.
+def test_one_chunk_per_gpu_on_a_dgx_cluster_waits_for_the_far_servers():
+    # dgx:4x8, 1 MiB per GPU: the 24 chunks of the other servers' GPUs must all enter GPU 0.
+    # One leaving a far GPU at 0 crosses its PCIe link (15.26 us + 0.25), its NIC link
+    # to the leaf and the leaf's link to a NIC of GPU 0's server (19.53 + 1 each); from
+    # GPU 0's own NIC it arrives over PCIe at 72.08 us, one more every 15.51 us; through
+    # another GPU of the server it reaches the NVSwitch at 74.77 us and arrives at
+    # 77.46, one more every 2.69 us. The 24th is in at 77.46 + 19 x 2.69 = 128.60 us
+    # (4 over PCIe, 20 over NVLink). Counting the 7 near GPUs' chunks too, from the
+    # nearest GPU's start (the bound before), gave 113.14 us; the farthest pair alone
+    # gives 77.46 us.
     topo = tacos.load_topology("dgx:4x8")
     bounds = tacos.lower_bounds(topo, Collective(AG, tuple(topo.npus), 1, 2**20))
     pcie = 2**20 / (64 * 2**30) * 1e6 + 0.25
     nic = 2**20 / (50 * 2**30) * 1e6 + 1
-    assert bounds.latency_cut_us == pytest.approx(2 * pcie + 4 * nic)
+    nvlink = 2**20 / (400 * 2**30) * 1e6 + 0.25
+    assert bounds.latency_cut_us == pytest.approx(2 * pcie + 2 * nic + 21 * nvlink)
     assert bounds.best_us == bounds.latency_cut_us
     assert bounds.diameter_us == pytest.approx(77.46, abs=0.01)
+
+
+HTSIM_TREE = REFERENCE_DIR / "astra-sim" / "network" / "htsim" / "8nodes.topo"
+
+
+@pytest.mark.skipif(not HTSIM_TREE.is_file(), reason="reference files absent")
+def test_an_all_gather_waits_for_the_far_pod_on_a_host_tree():
+    # htsim's 8-host tree (hosts on 200 Gb/s links, 100 Gb/s core links): a chunk from the
+    # other pod reaches host 0's switch after 7 store-and-forward link times (43 us on
+    # host and pod links, twice that on core links), and the 4 of them then take that
+    # switch's one link to host 0 one after another: 470.37 us, where counting all 7
+    # chunks from the nearest host gives 343.54 us.
+    topo = tacos.load_topology(str(HTSIM_TREE))
+    bounds = tacos.lower_bounds(topo, Collective(AG, tuple(topo.npus), 1, 2**20))
+    host_link_us = 2**20 / (200e9 / 8) * 1e6 + 1
+    core_link_us = 2**20 / (100e9 / 8) * 1e6 + 1
+    assert bounds.latency_cut_us == pytest.approx(7 * host_link_us + 2 * core_link_us)
 
 
 def test_an_all_reduce_waits_for_the_farthest_data_at_every_rank():
