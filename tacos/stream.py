@@ -44,6 +44,7 @@ from tacos.synthesizer.fast import (
     spread_table,
 )
 from tacos.synthesizer.greedy import ChunkPolicy
+from tacos.synthesizer.list_scheduling import MAX_REORDERED_TRANSFERS, improved
 from tacos.synthesizer.timing import MAX_TAIL_TRANSFERS
 from tacos.topology import Topology
 
@@ -146,10 +147,13 @@ def _blocks(
 
     A spread small enough for the tail pass (:data:`.MAX_TAIL_TRANSFERS`, which
     changes start times and so the order) is made whole, as ``tacos.synthesize``
-    makes it, and given as one block.
+    makes it (its links reordered when that is faster,
+    :func:`~tacos.synthesizer.list_scheduling.improved`), and given as one block.
     """
     if (topology.num_npus - 1) * collective.num_chunks <= MAX_TAIL_TRANSFERS:
         table = fast_transfers(topology, collective, FastSettings(rng, policy, on_delivery))
+        if policy == "rarest" and len(table) <= MAX_REORDERED_TRANSFERS:
+            table = improved(topology, table, collective.chunk_bytes) or table
         yield Block(table.chunk, table.link, table.start)
         return
     yield from spread_blocks(

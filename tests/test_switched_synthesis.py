@@ -171,7 +171,8 @@ def test_the_hosts_that_may_send_their_own_chunks_first_have_one_link_into_a_swi
 )
 def test_synthesis_keeps_the_faster_of_own_chunks_first_and_not(kind, chunks, seed, faster):
     """Either can win on fat-tree:4 (here at these seeds, by 5 to 15%), so both are
-    built from the same random state and the faster kept, by either engine."""
+    built from the same random state and the faster kept, by either engine (then its
+    links reordered when that is faster still)."""
     topology = from_spec("fat-tree:4")
     spec = Collective(kind, tuple(topology.npus), chunks, 2**20)
     alone_us = {}
@@ -182,4 +183,7 @@ def test_synthesis_keeps_the_faster_of_own_chunks_first_and_not(kind, chunks, se
     assert min(alone_us, key=alone_us.__getitem__) == faster
     for engine in ("reference", "fast"):
         schedule = tacos.synthesize(topology, spec, seed=seed, engine=engine)
-        assert schedule.collective_time_us == alone_us[faster]
+        if schedule.meta["reordered"]:
+            assert schedule.collective_time_us < alone_us[faster]
+        else:
+            assert schedule.collective_time_us == alone_us[faster]

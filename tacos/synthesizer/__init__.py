@@ -15,10 +15,24 @@ NPUs, with or without switches; All-Gather / Reduce-Scatter / All-Reduce over
 all NPUs). ``engine="auto"`` takes the fast one for problems above
 :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
 compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
-processes) and keeps the fastest schedule, the lowest seed on ties. An
-All-Reduce may instead come from :mod:`.all_reduce_trees` (meshes, clusters of
-two or four servers) when that is faster; ``meta["construction"]`` says which
-(``"greedy"`` or ``"trees"``).
+processes) and keeps the fastest schedule, the lowest seed on ties.
+
+With the ``"rarest"`` policy (``"random"`` stays the paper's greedy), two
+steps follow the greedy:
+
+* The greedy decides each link's next transfer when the link frees, so a
+  link may send a chunk its receiver could have taken later while a chunk
+  on the longest path waits. The greedy's transfers (which chunk crosses
+  which link, after what) are kept and each NPU's links reordered by
+  forward-backward list scheduling (:func:`.list_scheduling.improved`),
+  kept when strictly faster; ``meta["reordered"]`` says so. On the rails
+  cluster over two leaves at 16 chunks per GPU this takes All-Gather from
+  1.091 to 1.033 of its bound, and htsim's 8-host tree at one chunk per NPU
+  from 1.548 to 1.278. One tenant, no ``sends_in_flight``, at most
+  :data:`MAX_REORDERED_TRANSFERS` transfers.
+* An All-Reduce may instead come from :mod:`.all_reduce_trees` (meshes,
+  clusters of two or four servers) when that is faster still;
+  ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
 
 ``algorithm`` picks what is built: ``"tacos"`` (the default of this function),
 one of the classic algorithms of :mod:`tacos.classic` (``"ring"``,
@@ -52,11 +66,13 @@ from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
+from tacos.synthesizer.list_scheduling import MAX_REORDERED_TRANSFERS, improved
 from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
 
 SYNTHESIZER_NAME = "tacos-greedy"
+
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(done, total)`` with counts of (node, chunk) deliveries."""
 Engine = Literal["auto", "reference", "fast"]
@@ -198,6 +214,17 @@ def _classic_budget(tacos_schedule: Schedule) -> int:
     return max(MAX_TRANSFERS, 4 * len(tacos_schedule.transfers))
 
 
+def _reorderable(tenants: Tenants, sends_in_flight: int | None, num_transfers: int) -> bool:
+    """Whether the greedy's schedule gets its links reordered (module docs): one tenant,
+    NPUs without a port limit (the list scheduler does not model one), and at most
+    :data:`MAX_REORDERED_TRANSFERS` transfers."""
+    return (
+        len(tenants.specs) == 1
+        and sends_in_flight is None
+        and num_transfers <= MAX_REORDERED_TRANSFERS
+    )
+
+
 def _synthesize_tacos(
     topology: Topology,
     collectives: Sequence[Collective],
@@ -243,18 +270,23 @@ def _synthesize_tacos(
 
     own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
     transfers = fastest_attempt(own_first_choices, rng, build, finish_us)
-    construction = "greedy"
+    construction, reordered = "greedy", False
+    if policy == "rarest" and _reorderable(tenants, sends_in_flight, len(transfers)):
+        faster = improved(topology, transfers, tenants.chunk_bytes)
+        if faster is not None:
+            transfers, reordered = faster, True
     if policy == "rarest":
         for groups in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
             overlapped = tree_all_reduce(topology, tenants.specs[0], groups, random.Random(seed))
             if overlapped is not None and finish_us(overlapped) < finish_us(transfers):
-                transfers, construction = overlapped, "trees"
+                transfers, construction, reordered = overlapped, "trees", False
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,
         "policy": policy,
         "engine": chosen,
         "construction": construction,
+        "reordered": reordered,
     }
     if sends_in_flight is not None:
         meta["sends_in_flight"] = sends_in_flight

@@ -57,16 +57,13 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import NamedTuple
-
-import numpy as np
 
 from tacos.classic.network import node_groups
 from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
-from tacos.simulate import replay_times
-from tacos.synthesizer.fast_fabric import replay_times_of
-from tacos.synthesizer.list_scheduling import Timeline, Times
+from tacos.synthesizer.list_scheduling import Timeline, replayed, settled, with_times
 from tacos.synthesizer.ownership import collective_owners
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
@@ -74,18 +71,12 @@ from tacos.transfers import TransferTable
 MAX_TREE_TRANSFERS = 300_000
 """Larger All-Reduces are not tried this way (mesh2d:8x8 at 16 chunks per NPU, 129,024
 transfers, takes about 3 s against the greedy's 0.2 s; building the trees is most of it)."""
-FORWARD_BACKWARD_ROUNDS = 6
-"""Rounds after the first pass (mesh2d:8x8, 4 chunks per NPU, 4 seeds: 1.21-1.23 of the
-bound after 4 rounds, 1.19-1.22 after 8)."""
 EXCHANGING_GROUPS = (2, 4)
 """Servers are reduced apart and exchange their sums by recursive doubling when there
 are two or four: each root sends one or two sums per chunk. With eight it would cross
 the network three times, where Reduce-Scatter then All-Gather crosses twice; an
 exchange of every root with every other measured 2.26x the best bound on dgx:4x8 at one
 chunk per NPU (the greedy: 1.54x)."""
-SETTLED_AFTER_IDLE_ROUNDS = 2
-"""Rounds stop once this many in a row gained nothing (mesh2d:8x8 at 16 chunks per NPU
-settles after three rounds; a100-2node at 4 gains again after one idle round)."""
 Route = tuple[int, ...]
 """The links one message crosses from an NPU to an NPU, through switches only."""
 Reach = tuple[float, Route]
@@ -145,22 +136,15 @@ def tree_all_reduce(
     transfers = [planned.transfer for planned in plan.transfers]
     timeline = Timeline(topology, transfers, spec.chunk_bytes)
     best = min(
-        (_settled(timeline, first) for first in _first_passes(plan, groups, launch)),
+        (settled(timeline, first) for first in _first_passes(plan, groups, launch)),
         key=lambda times: times.finish_us,
     )
     planned = TransferTable.from_transfers(transfers)
-    recorded = TransferTable(
-        planned.chunk, planned.src, planned.dst, planned.link, best.start, best.end,
-        planned.op, planned.deps_ptr, planned.deps,
-    )  # fmt: skip
-    start, end = _replayed(recorded, topology, spec.chunk_bytes)
+    recorded = replace(planned, start=best.start, end=best.end)
+    start, end = replayed(recorded, topology, spec.chunk_bytes)
     if not all(start[out] < end[into] for out, into in plan.exchanges):
         return None  # a root would send its sum after the other's was added in
-    retimed = TransferTable(
-        planned.chunk, planned.src, planned.dst, planned.link, start, end, planned.op,
-        planned.deps_ptr, planned.deps,
-    )  # fmt: skip
-    return retimed.take(np.lexsort((planned.link, start)))
+    return with_times(planned, start, end)
 
 
 def _first_passes(
@@ -197,36 +181,6 @@ def _first_passes(
         turn = turns[(planned.hub, phase)][chunk]
         by_phase.append((phase, turn, (at - sender_at) % size, -planned.rest))
     return [by_chunk, by_phase]
-
-
-def _settled(timeline: Timeline, first: Sequence[object]) -> Times:
-    """The fastest of a first pass and the forward-backward rounds after it."""
-    best = forward = timeline.forward(first)
-    idle_rounds = 0
-    for _ in range(FORWARD_BACKWARD_ROUNDS):
-        backward = timeline.backward(-forward.end)
-        forward = timeline.forward(-backward.end)
-        if forward.finish_us < best.finish_us:
-            best, idle_rounds = forward, 0
-        elif (idle_rounds := idle_rounds + 1) == SETTLED_AFTER_IDLE_ROUNDS:
-            break
-    return best
-
-
-def _replayed(
-    recorded: TransferTable, topology: Topology, chunk_bytes: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of every row as :mod:`tacos.simulate` replays it, an NPU's link
-    taking its transfers in order of recorded start (compiled for the default cost
-    model, the one the compiled replay knows)."""
-    if topology.cost.is_default:
-        start, end, _ = replay_times_of(recorded, topology, chunk_bytes)
-        return start, end
-    order = np.lexsort((np.arange(len(recorded)), recorded.link, recorded.start))
-    starts, ends = replay_times(list(recorded.take(order)), topology, chunk_bytes)
-    start, end = np.empty(len(recorded)), np.empty(len(recorded))
-    start[order], end[order] = starts, ends
-    return start, end
 
 
 def _launch_order(owners: Sequence[int], rng: random.Random) -> list[int]:
