@@ -22,7 +22,14 @@ Chunks that must *leave* ``X`` are the same count on the links out of ``X``.
 What ``K`` and the starting ranks are, per collective:
 
 * All-Gather: into ``X``, the chunks of the ranks outside (they start there);
-  out of ``X``, the chunks of the ranks inside.
+  out of ``X``, the chunks of the ranks inside. A far rank's chunk cannot be
+  at a link before that rank's data can, so the chunks of the ranks at least
+  some distance away count again from the nearest of them (a few such
+  distances). And every chunk must reach every rank of ``X``: a transfer
+  into ``X`` lands at one NPU (switches do not replicate), so those landing
+  in the last hop-time between two ranks of ``X`` serve one rank each
+  (:func:`earliest_to_spread`; an MI250-like server's last NIC chunks still
+  need one xGMI hop, which TACOS's schedule then meets exactly).
 * Reduce-Scatter: the All-Gather bound on the transposed topology (a
   Reduce-Scatter run backwards in time over reversed links is an All-Gather,
   with the same links busy for the same times).
@@ -71,6 +78,8 @@ MAX_SETS = 64
 """At most this many sets per bandwidth level, and this many single ranks."""
 _Item = TypeVar("_Item")
 
+MAX_SPREAD_RANKS = 16
+"""All-Gather: sets of at most this many ranks (a server) count the spread inside them."""
 MAX_LEVELS = 8
 """All-Gather: at most this many distances from a set to count the farther ranks' chunks at."""
 
@@ -99,13 +108,17 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
             ready = timed.forward.from_nodes([farthest])[src[into]]
             return _moved_by(timed, into, ready, to_inside, collective.num_chunks)
         # All-Gather: the chunks of the ranks at least some distance away, counted from
-        # the nearest of those ranks, for a few such distances (farthest first).
+        # the nearest of those ranks, for a few such distances (farthest first); each
+        # must then reach every rank inside.
+        inside_ranks, spread_us = _spread_inside(topology, timed, ranks, inside)
         bound = 0.0
         for distance in _spread_levels(to_inside[candidates]):
             far = candidates[to_inside[candidates] >= distance]
             ready = timed.forward.from_nodes(far)[src[into]]
+            first = ready + timed.duration[into] + to_inside[dst[into]]
             count = collective.chunks_per_rank * len(far)
-            bound = max(bound, _moved_by(timed, into, ready, to_inside, count))
+            moved = earliest_to_spread(first, timed.busy[into], count, inside_ranks, spread_us)
+            bound = max(bound, moved)
         return bound
 
     bound = 0.0
@@ -124,6 +137,68 @@ def _moved_by(
     chunk at a link's tail no sooner than ``ready`` (per link into the set)."""
     first = ready + timed.duration[into] + to_inside[timed.dst[into]]
     return earliest_to_move(first, timed.busy[into], count)
+
+
+def _spread_inside(
+    topology: Topology, timed: _TimedLinks, ranks: np.ndarray, inside: np.ndarray
+) -> tuple[int, float]:
+    """How many ranks a set has, and the least time from one of them to another (0.0 when
+    some NPU of the set is not a rank, or it has more than :data:`MAX_SPREAD_RANKS`)."""
+    members = np.flatnonzero(ranks & inside)
+    npus = np.zeros(topology.num_nodes, bool)
+    npus[: topology.num_npus] = True
+    if len(members) < 2 or len(members) > MAX_SPREAD_RANKS or (npus & inside & ~ranks).any():
+        return len(members), 0.0
+    nearest_other = min(
+        float(np.delete(timed.forward.from_nodes([int(rank)])[members], place).min())
+        for place, rank in enumerate(members)
+    )
+    return len(members), nearest_other
+
+
+def earliest_to_spread(
+    first_us: np.ndarray, step_us: np.ndarray, count: int, ranks: int, spread_us: float
+) -> float:
+    """Smallest ``T`` by which links moving chunks into a set (as for
+    :func:`earliest_to_move`) can have brought ``count`` chunks to all ``ranks`` ranks of
+    it, when a chunk that has reached one rank needs ``spread_us`` more to reach another.
+
+    Switches do not replicate, so a transfer into the set lands at one NPU; one that
+    lands later than ``T - spread_us`` gives its chunk to that rank alone, while one
+    landing sooner may pass it to all. Each chunk needs all ``ranks`` ranks, so ``T``
+    needs ``ranks x (moved by T - spread_us) + (moved by T) - (moved by T - spread_us)
+    >= ranks x count``: the last chunks in must still be spread (an NIC's chunk into a
+    server of GPUs, one more GPU-to-GPU hop).
+
+    >>> earliest_to_spread(np.array([0.0]), np.array([1.0]), 2, 2, 0.5)  # 0, 1 in; +0.5
+    1.5
+    """
+    if count <= 0:
+        return 0.0
+    if ranks < 2 or spread_us <= 0.0:
+        return earliest_to_move(first_us, step_us, count)
+    first, step = np.asarray(first_us, np.float64), np.asarray(step_us, np.float64)
+    finite = np.isfinite(first)
+    first, step = first[finite], step[finite]
+    if not first.size:
+        return math.inf
+
+    def moved(horizon: float) -> int:
+        started = first <= horizon
+        return int((np.floor((horizon - first[started]) / step[started] * (1 + 1e-12)) + 1).sum())
+
+    def served(horizon: float) -> int:
+        early = moved(horizon - spread_us)
+        return ranks * early + moved(horizon) - early
+
+    high = float((first + (count - 1) * step).max()) + spread_us
+    high = bisect_horizon(served, ranks * count, high)
+    # The answer is the last arrival by `high`, or the last by `high - spread_us` plus that.
+    answer = earliest_to_move(first, step, moved(high))
+    early = moved(high - spread_us)
+    if early:
+        answer = max(answer, earliest_to_move(first, step, early) + spread_us)
+    return answer
 
 
 def _spread_levels(distances_us: np.ndarray) -> list[float]:

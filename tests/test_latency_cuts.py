@@ -10,6 +10,7 @@ from paths import REFERENCE_DIR
 from random_networks import clusters, random_topologies
 
 import tacos
+from tacos import latency_cuts
 from tacos.collective import Collective, CollectiveKind
 from tacos.latency_cuts import earliest_to_move, latency_cut_bound_us
 from tacos.shortest_paths import LinkTimes
@@ -52,6 +53,20 @@ def test_an_all_gather_waits_for_the_far_pod_on_a_host_tree():
     host_link_us = 2**20 / (200e9 / 8) * 1e6 + 1
     core_link_us = 2**20 / (100e9 / 8) * 1e6 + 1
     assert bounds.latency_cut_us == pytest.approx(7 * host_link_us + 2 * core_link_us)
+
+
+def test_the_last_chunks_into_a_server_must_still_spread_in_it(monkeypatch):
+    # xgmi:2x8 (MI250-like, 25 GB/s NICs, 50 GB/s xGMI), 16 chunks per GCD: the 128 chunks
+    # of the other server come in over 8 NICs, and those in last reach one GCD each
+    # (switches do not replicate): one xGMI hop (20.03 us) more to the others. TACOS
+    # takes exactly that long, so it is optimal there, at 1.171 of the throughput bound.
+    topo = tacos.load_topology("xgmi:2x8,xgmi=50,nic=25")
+    spec = Collective(AG, tuple(topo.npus), 16, 2**20)
+    xgmi_us = 2**20 / (50 * 2**30) * 1e6 + 0.5
+    spread = latency_cut_bound_us(topo, spec)
+    assert tacos.synthesize(topo, spec).collective_time_us == pytest.approx(spread)
+    monkeypatch.setattr(latency_cuts, "MAX_SPREAD_RANKS", 0)
+    assert spread == pytest.approx(latency_cut_bound_us(topo, spec) + xgmi_us)
 
 
 def test_an_all_reduce_waits_for_the_farthest_data_at_every_rank():

@@ -81,8 +81,9 @@ def test_the_slow_link_between_two_nodes_binds():
     assert found.throughput_us == bound(topo, RS) == 195.3125
     assert found.ingress_us == 29.296875  # 3 MiB into NPU 0 over 100 GB/s
     # Chunk by chunk, the two cross that link one after the other, each 97.65625 us
-    # plus its 0.5 us latency: the latency-aware cut.
-    assert found.best_us == found.latency_cut_us == pytest.approx(196.3125)
+    # plus its 0.5 us latency, and the second must then still go from GPU 1 to GPU 0
+    # (9.765625 + 0.5 us): the latency-aware cut.
+    assert found.best_us == found.latency_cut_us == pytest.approx(196.3125 + 10.265625)
     # All-Reduce: the whole 4 MiB crosses that link each way: 4 * 976.5625 / 10.
     assert bound(topo, AR) == 390.625
 
