@@ -75,8 +75,9 @@ def stream_all_gather(
     """Synthesize an All-Gather over every NPU with the fast engine, straight to ``path``.
 
     The transfers are those of ``tacos.synthesize(topology, collective, seed=seed,
-    policy=policy)``. One small enough for the tail pass is made whole first;
-    for a bigger one no post-pass changes an All-Gather of the fast engine's
+    policy=policy)``. One small enough for the tail pass or for reordering its
+    links is made whole first (:func:`_blocks`); for a bigger one no post-pass
+    changes an All-Gather of the fast engine's
     scope, as every copy is wanted and starts as early as it can, unless a
     link that left chunks to faster links sent one after all, or a faster link
     overtook a transfer that then landed with another chunk (``Block.late``,
@@ -145,12 +146,15 @@ def _blocks(
 ) -> Iterator[Block]:
     """The spread's transfers in blocks, as they are decided.
 
-    A spread small enough for the tail pass (:data:`.MAX_TAIL_TRANSFERS`, which
-    changes start times and so the order) is made whole, as ``tacos.synthesize``
-    makes it (its links reordered when that is faster,
-    :func:`~tacos.synthesizer.list_scheduling.improved`), and given as one block.
+    A spread small enough for the tail pass (:data:`.MAX_TAIL_TRANSFERS`) or for
+    reordering (:data:`.MAX_REORDERED_TRANSFERS`, a bound on its transfers as it
+    has at least one per delivery), both of which change start times and so the
+    order, is made whole, as ``tacos.synthesize`` makes it (its links reordered
+    when that is faster, :func:`~tacos.synthesizer.list_scheduling.improved`), and
+    given as one block.
     """
-    if (topology.num_npus - 1) * collective.num_chunks <= MAX_TAIL_TRANSFERS:
+    deliveries = (topology.num_npus - 1) * collective.num_chunks
+    if deliveries <= max(MAX_TAIL_TRANSFERS, MAX_REORDERED_TRANSFERS):
         table = fast_transfers(topology, collective, FastSettings(rng, policy, on_delivery))
         if policy == "rarest" and len(table) <= MAX_REORDERED_TRANSFERS:
             table = improved(topology, table, collective.chunk_bytes) or table

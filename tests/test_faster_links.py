@@ -191,6 +191,7 @@ def test_a_stream_whose_transfers_would_need_re_timing_writes_nothing(tmp_path, 
 
     monkeypatch.setattr(stream, "spread_blocks", late_blocks)
     monkeypatch.setattr(stream, "MAX_TAIL_TRANSFERS", 0)  # else made whole in memory
+    monkeypatch.setattr(stream, "MAX_REORDERED_TRANSFERS", 0)
     ring = tacos.from_spec("ring:4")
     spec = Collective(AG, tuple(ring.npus), 1, 2**20)
     with pytest.raises(TacosError, match="not written: 1 transfers .* without --stream"):
