@@ -6,7 +6,9 @@ transfers whose dependencies have all ended, the one of lowest rank (a priority
 given per transfer: an NPU runs a program, so it may send in any order). A link
 out of a switch serves its transfers in the order they became ready, ties by
 what they are, exactly as :mod:`tacos.simulate` replays a switch (a FIFO
-queue), so a forward pass is the time the replay gives. Scheduling the
+queue), so a forward pass is the time the replay gives (in the paper's link
+model; the pipelined one breaks ties by when messages entered the fabric, so
+there the replay has the last word). Scheduling the
 reversed dependency graph by rank gives a backward schedule, whose end times
 make good priorities for the next forward pass (forward-backward improvement,
 as for resource-constrained project scheduling). :mod:`.all_reduce_trees` runs
@@ -34,15 +36,16 @@ from tacos.transfers import OP_CODES, TransferTable
 
 FORWARD_BACKWARD_ROUNDS = 6
 """Rounds after the first pass (mesh2d:8x8 All-Reduce trees, 4 chunks per NPU, 4 seeds:
-1.21-1.23 of the bound after 4 rounds, 1.19-1.22 after 8)."""
+1.21-1.23 of the bound after 4 rounds, 1.19-1.22 after 8; greedy schedules of the
+cluster suite gain nothing more from 20 or 60)."""
+SETTLED_AFTER_IDLE_ROUNDS = 2
+"""Rounds stop once this many in a row gained nothing (mesh2d:8x8 trees at 16 chunks per
+NPU settle after three rounds; a100-2node at 4 gains again after one idle round)."""
 MAX_REORDERED_TRANSFERS = 1_200_000
 """Larger schedules keep their order on every link. :func:`improved` takes about 2.5 s
 per 500,000 transfers (a 512-GPU DGX-like All-Gather at one chunk per GPU, 588,800
 transfers: 1.288 -> 1.194 of the throughput bound; dgx:16x8 All-Reduce at 16 chunks
 per GPU, 1,163,264 transfers: 1.085 -> 1.076), next to the greedy's 1-3 s."""
-SETTLED_AFTER_IDLE_ROUNDS = 2
-"""Rounds stop once this many in a row gained nothing (mesh2d:8x8 trees at 16 chunks per
-NPU settle after three rounds; a100-2node at 4 gains again after one idle round)."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ def with_times(table: TransferTable, start: np.ndarray, end: np.ndarray) -> Tran
 
 
 def improved(
-    topology: Topology, transfers: Sequence[Transfer], chunk_bytes: int
+    topology: Topology, transfers: Sequence[Transfer] | TransferTable, chunk_bytes: int
 ) -> TransferTable | None:
     """The same transfers with each NPU's links reordered by forward-backward list
     scheduling, starting from the order they have, and timed as the replay times them;
