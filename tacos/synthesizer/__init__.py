@@ -39,9 +39,11 @@ one of the classic algorithms of :mod:`tacos.classic` (``"ring"``,
 ``"hierarchical-ring"``, ``"tree"``, ``"direct"``, ``"halving-doubling"``), or
 ``"best"`` (the default of the command line): TACOS and every classic
 algorithm that applies and could beat it, keeping the fastest (TACOS on ties).
-A best schedule's ``meta`` names the winner (``algorithm``) and the time of
-every candidate built (``candidates_us``) or why one was not
-(``candidates_skipped``). Tenants share one timeline that only TACOS
+A classic winner then has its NPUs' links reordered as TACOS's are, when that
+is faster and verifies (``meta["reordered"]``; ``--algorithm <name>`` stays
+the plain algorithm). A best schedule's ``meta`` names the winner
+(``algorithm``) and the time of every candidate as built (``candidates_us``)
+or why one was not (``candidates_skipped``). Tenants share one timeline that only TACOS
 synthesizes, so ``best`` with several tenants is TACOS (and says so in ``meta``).
 """
 
@@ -70,6 +72,7 @@ from tacos.synthesizer.list_scheduling import MAX_REORDERED_TRANSFERS, improved
 from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
+from tacos.verify import verify
 
 SYNTHESIZER_NAME = "tacos-greedy"
 
@@ -191,13 +194,33 @@ def _take_the_best(schedules: list[Schedule], sends_in_flight: int | None) -> No
         sends_in_flight=sends_in_flight,
         max_transfers=_classic_budget(tacos_schedule),
     )
-    winner = outcome.best if outcome.best is not None else tacos_schedule
+    winner = tacos_schedule if outcome.best is None else _reordered(outcome.best, sends_in_flight)
     winner.meta.update(
         algorithm=winner.meta.get("algorithm", "tacos"),
         candidates_us={"tacos": tacos_us, **outcome.times_us},
         candidates_skipped=outcome.skipped,
     )
     schedules[0] = winner
+
+
+def _reordered(classic: Schedule, sends_in_flight: int | None) -> Schedule:
+    """The classic winner of ``best`` with its NPUs' links reordered as TACOS's are, when
+    that is faster and the result verifies (``meta["reordered"]``); else as built.
+
+    The user asked for the fastest schedule, not for the plain algorithm (which
+    ``--algorithm <name>`` still gives). A classic plan's correctness could rest on
+    an order its dependencies do not state, so the reordered one is verified.
+    heterogeneous 4x4 mesh, All-Reduce at one chunk per NPU: hierarchical ring
+    1.180 -> 1.118 of the best bound.
+    """
+    kept = replace(classic, meta={**classic.meta, "reordered": False})
+    if sends_in_flight is not None or len(classic.transfers) > MAX_REORDERED_TRANSFERS:
+        return kept
+    faster = improved(classic.topology, classic.transfers, classic.collective.chunk_bytes)
+    if faster is None:
+        return kept
+    reordered = replace(classic, transfers=faster, meta={**classic.meta, "reordered": True})
+    return reordered if verify(reordered).ok else kept
 
 
 def _classic_budget(tacos_schedule: Schedule) -> int:
