@@ -106,7 +106,8 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         if kind is CollectiveKind.ALL_REDUCE:
             farthest = int(candidates[np.argmax(to_inside[candidates])])
             ready = timed.forward.from_nodes([farthest])[src[into]]
-            return _moved_by(timed, into, ready, to_inside, collective.num_chunks)
+            first = _first_arrivals(timed, into, ready, to_inside)
+            return earliest_to_move(first, timed.busy[into], collective.num_chunks)
         # All-Gather: the chunks of the ranks at least some distance away, counted from
         # the nearest of those ranks, for a few such distances (farthest first); each
         # must then reach every rank inside.
@@ -115,7 +116,7 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         for distance in _spread_levels(to_inside[candidates]):
             far = candidates[to_inside[candidates] >= distance]
             ready = timed.forward.from_nodes(far)[src[into]]
-            first = ready + timed.duration[into] + to_inside[dst[into]]
+            first = _first_arrivals(timed, into, ready, to_inside)
             count = collective.chunks_per_rank * len(far)
             moved = earliest_to_spread(first, timed.busy[into], count, inside_ranks, spread_us)
             bound = max(bound, moved)
@@ -130,13 +131,12 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
     return bound
 
 
-def _moved_by(
-    timed: _TimedLinks, into: np.ndarray, ready: np.ndarray, to_inside: np.ndarray, count: int
-) -> float:
-    """When the links ``into`` a set can have brought ``count`` chunks to its ranks, each
-    chunk at a link's tail no sooner than ``ready`` (per link into the set)."""
-    first = ready + timed.duration[into] + to_inside[timed.dst[into]]
-    return earliest_to_move(first, timed.busy[into], count)
+def _first_arrivals(
+    timed: _TimedLinks, into: np.ndarray, ready: np.ndarray, to_inside: np.ndarray
+) -> np.ndarray:
+    """Per link ``into`` a set, the soonest a chunk over it can be at a rank of the set,
+    the chunk at the link's tail no sooner than ``ready``."""
+    return ready + timed.duration[into] + to_inside[timed.dst[into]]
 
 
 def _spread_inside(
@@ -145,9 +145,8 @@ def _spread_inside(
     """How many ranks a set has, and the least time from one of them to another (0.0 when
     some NPU of the set is not a rank, or it has more than :data:`MAX_SPREAD_RANKS`)."""
     members = np.flatnonzero(ranks & inside)
-    npus = np.zeros(topology.num_nodes, bool)
-    npus[: topology.num_npus] = True
-    if len(members) < 2 or len(members) > MAX_SPREAD_RANKS or (npus & inside & ~ranks).any():
+    npus = slice(topology.num_npus)
+    if len(members) < 2 or len(members) > MAX_SPREAD_RANKS or (inside & ~ranks)[npus].any():
         return len(members), 0.0
     nearest_other = min(
         float(np.delete(timed.forward.from_nodes([int(rank)])[members], place).min())
@@ -177,27 +176,20 @@ def earliest_to_spread(
         return 0.0
     if ranks < 2 or spread_us <= 0.0:
         return earliest_to_move(first_us, step_us, count)
-    first, step = np.asarray(first_us, np.float64), np.asarray(step_us, np.float64)
-    finite = np.isfinite(first)
-    first, step = first[finite], step[finite]
-    if not first.size:
+    arrivals = _Arrivals(first_us, step_us)
+    if not arrivals.first.size:
         return math.inf
 
-    def moved(horizon: float) -> int:
-        started = first <= horizon
-        return int((np.floor((horizon - first[started]) / step[started] * (1 + 1e-12)) + 1).sum())
-
     def served(horizon: float) -> int:
-        early = moved(horizon - spread_us)
-        return ranks * early + moved(horizon) - early
+        early = arrivals.count_by(horizon - spread_us)
+        return ranks * early + arrivals.count_by(horizon) - early
 
-    high = float((first + (count - 1) * step).max()) + spread_us
+    high = float((arrivals.first + (count - 1) * arrivals.step).max()) + spread_us
     high = bisect_horizon(served, ranks * count, high)
     # The answer is the last arrival by `high`, or the last by `high - spread_us` plus that.
-    answer = earliest_to_move(first, step, moved(high))
-    early = moved(high - spread_us)
-    if early:
-        answer = max(answer, earliest_to_move(first, step, early) + spread_us)
+    answer = arrivals.last_by(high)
+    if arrivals.count_by(high - spread_us):
+        answer = max(answer, arrivals.last_by(high - spread_us) + spread_us)
     return answer
 
 
@@ -258,25 +250,40 @@ def earliest_to_move(
     """
     if count <= 0:
         return 0.0
-    first, step = np.asarray(first_us, np.float64), np.asarray(step_us, np.float64)
-    finite = np.isfinite(first)
-    first, step = first[finite], step[finite]
-    if not first.size:
+    arrivals = _Arrivals(first_us, step_us)
+    if not arrivals.first.size:
         return math.inf
-
-    def kth_before(horizon: float) -> tuple[np.ndarray, np.ndarray]:
-        """The links that can move one by ``horizon``, and for each the index of its last."""
-        started = first <= horizon
-        return np.floor((horizon - first[started]) / step[started] * (1 + 1e-12)), started
-
-    def moved(horizon: float) -> int:
-        return int((kth_before(horizon)[0] + 1).sum())
-
-    high = float((first + (count - 1) * step).min())
-    high = bisect_horizon(moved, count, high)
+    high = float((arrivals.first + (count - 1) * arrivals.step).min())
+    high = bisect_horizon(arrivals.count_by, count, high)
     # The answer is some link's k-th chunk: the latest such time not above `high`.
-    k, started = kth_before(high)
-    return float((first[started] + k * step[started]).max())
+    return arrivals.last_by(high)
+
+
+class _Arrivals:
+    """Links moving chunks, link ``i`` its ``k``-th at ``first[i] + (k - 1) step[i]`` at the
+    soonest (links that never can are left out)."""
+
+    def __init__(
+        self, first_us: Sequence[float] | np.ndarray, step_us: Sequence[float] | np.ndarray
+    ) -> None:
+        first, step = np.asarray(first_us, np.float64), np.asarray(step_us, np.float64)
+        finite = np.isfinite(first)
+        self.first, self.step = first[finite], step[finite]
+
+    def _last_index(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+        """The links that can move one by ``horizon``, and for each the index of its last."""
+        started = self.first <= horizon
+        index = np.floor((horizon - self.first[started]) / self.step[started] * (1 + 1e-12))
+        return index, started
+
+    def count_by(self, horizon: float) -> int:
+        """How many chunks the links can have moved by ``horizon``."""
+        return int((self._last_index(horizon)[0] + 1).sum())
+
+    def last_by(self, horizon: float) -> float:
+        """When the last chunk moved by ``horizon`` (some moved by then) can be in."""
+        index, started = self._last_index(horizon)
+        return float((self.first[started] + index * self.step[started]).max())
 
 
 def bisect_horizon(moved: Callable[[float], int], count: int, high: float) -> float:

@@ -156,7 +156,7 @@ def _blocks(
     deliveries = (topology.num_npus - 1) * collective.num_chunks
     if deliveries <= max(MAX_TAIL_TRANSFERS, MAX_REORDERED_TRANSFERS):
         table = fast_transfers(topology, collective, FastSettings(rng, policy, on_delivery))
-        if policy == "rarest" and len(table) <= MAX_REORDERED_TRANSFERS:
+        if policy == "rarest":
             table = improved(topology, table, collective.chunk_bytes) or table
         yield Block(table.chunk, table.link, table.start)
         return

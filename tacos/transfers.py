@@ -158,6 +158,14 @@ class TransferTable(Sequence[Transfer]):
         """For each entry of :attr:`deps`, the transfer that has it as a dependency."""
         return np.repeat(np.arange(len(self)), np.diff(self.deps_ptr))
 
+    def dependants(self) -> tuple[np.ndarray, np.ndarray]:
+        """The dependency graph turned around, as CSR (pointers, rows): row ``i`` lists
+        the transfers that wait for transfer ``i``, in row order (a dependency listed
+        twice counts twice)."""
+        ptr = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(np.bincount(self.deps, minlength=len(self)), out=ptr[1:])
+        return ptr, self.dep_rows[np.argsort(self.deps, kind="stable")]
+
     def columns(self) -> dict[str, list[Any]]:
         """The JSON columns of :meth:`tacos.schedule.Schedule.to_dict`, as plain lists."""
         ptr = self.deps_ptr.tolist()

@@ -29,7 +29,7 @@ steps follow the greedy:
   cluster over two leaves at 16 chunks per GPU this takes All-Gather from
   1.091 to 1.033 of its bound, and htsim's 8-host tree at one chunk per NPU
   from 1.548 to 1.278. One tenant, no ``sends_in_flight``, at most
-  :data:`MAX_REORDERED_TRANSFERS` transfers.
+  :data:`.list_scheduling.MAX_REORDERED_TRANSFERS` transfers.
 * An All-Reduce may instead come from :mod:`.all_reduce_trees` (meshes,
   clusters of two or four servers) when that is faster still;
   ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
@@ -68,14 +68,13 @@ from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
-from tacos.synthesizer.list_scheduling import MAX_REORDERED_TRANSFERS, improved
+from tacos.synthesizer.list_scheduling import improved
 from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
 from tacos.verify import verify
 
 SYNTHESIZER_NAME = "tacos-greedy"
-
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(done, total)`` with counts of (node, chunk) deliveries."""
 Engine = Literal["auto", "reference", "fast"]
@@ -209,12 +208,12 @@ def _reordered(classic: Schedule, sends_in_flight: int | None) -> Schedule:
 
     The user asked for the fastest schedule, not for the plain algorithm (which
     ``--algorithm <name>`` still gives). A classic plan's correctness could rest on
-    an order its dependencies do not state, so the reordered one is verified.
+    an order its dependencies do not state, so the reordered one is verified. On a
     heterogeneous 4x4 mesh, All-Reduce at one chunk per NPU: hierarchical ring
     1.180 -> 1.118 of the best bound.
     """
     kept = replace(classic, meta={**classic.meta, "reordered": False})
-    if sends_in_flight is not None or len(classic.transfers) > MAX_REORDERED_TRANSFERS:
+    if sends_in_flight is not None:  # the list scheduler has no port model
         return kept
     faster = improved(classic.topology, classic.transfers, classic.collective.chunk_bytes)
     if faster is None:
@@ -235,17 +234,6 @@ def _classic_budget(tacos_schedule: Schedule) -> int:
     if tacos_schedule.meta.get("engine") == "fast":
         return NEXT_TO_FAST_ENGINE
     return max(MAX_TRANSFERS, 4 * len(tacos_schedule.transfers))
-
-
-def _reorderable(tenants: Tenants, sends_in_flight: int | None, num_transfers: int) -> bool:
-    """Whether the greedy's schedule gets its links reordered (module docs): one tenant,
-    NPUs without a port limit (the list scheduler does not model one), and at most
-    :data:`MAX_REORDERED_TRANSFERS` transfers."""
-    return (
-        len(tenants.specs) == 1
-        and sends_in_flight is None
-        and num_transfers <= MAX_REORDERED_TRANSFERS
-    )
 
 
 def _synthesize_tacos(
@@ -294,7 +282,9 @@ def _synthesize_tacos(
     own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
     transfers = fastest_attempt(own_first_choices, rng, build, finish_us)
     construction, reordered = "greedy", False
-    if policy == "rarest" and _reorderable(tenants, sends_in_flight, len(transfers)):
+    # Reordered (module docs) for one tenant (a joint reorder trades one tenant's time
+    # for another's) and no port limit (the list scheduler has no port model).
+    if policy == "rarest" and len(tenants.specs) == 1 and sends_in_flight is None:
         faster = improved(topology, transfers, tenants.chunk_bytes)
         if faster is not None:
             transfers, reordered = faster, True

@@ -133,13 +133,12 @@ def tree_all_reduce(
     routes = _Routes(topology, spec.chunk_bytes)
     plan = _Plan(routes, groups, owners)
     launch = _launch_order(owners, rng)
-    transfers = [planned.transfer for planned in plan.transfers]
-    timeline = Timeline(topology, transfers, spec.chunk_bytes)
+    planned = TransferTable.from_transfers([p.transfer for p in plan.transfers])
+    timeline = Timeline(topology, planned, spec.chunk_bytes)
     best = min(
         (settled(timeline, first) for first in _first_passes(plan, groups, launch)),
         key=lambda times: times.finish_us,
     )
-    planned = TransferTable.from_transfers(transfers)
     recorded = replace(planned, start=best.start, end=best.end)
     start, end = replayed(recorded, topology, spec.chunk_bytes)
     if not all(start[out] < end[into] for out, into in plan.exchanges):

@@ -486,11 +486,8 @@ def _reduce_scatter(
     spread = _spread(topology.transposed(), mirror, owners, settings)
     finish = spread.end.max()
     # Played backwards, transfer X waits for the reversals of the transfers that
-    # forwarded what X delivered: CSR-transpose the dependency graph.
-    rows = spread.dep_rows
-    by_dep = np.argsort(spread.deps, kind="stable")
-    ptr = np.zeros(len(spread) + 1, np.int64)
-    np.cumsum(np.bincount(spread.deps, minlength=len(spread)), out=ptr[1:])
+    # forwarded what X delivered: the dependency graph turned around.
+    ptr, forwarded_by = spread.dependants()
     into_switch = spread.src >= topology.num_npus  # played backwards: into a switch, a copy
     backwards = TransferTable(
         spread.chunk,
@@ -501,7 +498,7 @@ def _reduce_scatter(
         finish - spread.start,
         np.where(into_switch, 0, 1).astype(np.uint8),
         ptr,
-        rows[by_dep],
+        forwarded_by,
     )
     if topology.num_switches:
         return replay_table(backwards, topology, spec.chunk_bytes)

@@ -71,17 +71,10 @@ class Timeline:
             if isinstance(transfers, TransferTable)
             else TransferTable.from_transfers(transfers)
         )
-        count = len(table)
         self.num_links = len(topology.links)
         self.link = table.link
         self.deps = (table.deps_ptr, table.deps)
-        # Who waits for each transfer: the dependency lists turned around (a repeated
-        # dependency is counted, and counted down, as often as it is listed).
-        waiter = np.repeat(np.arange(count), np.diff(table.deps_ptr))
-        order = np.argsort(table.deps, kind="stable")
-        dependants_ptr = np.zeros(count + 1, np.int64)
-        np.cumsum(np.bincount(table.deps, minlength=count), out=dependants_ptr[1:])
-        self.dependants = (dependants_ptr, waiter[order])
+        self.dependants = table.dependants()  # a repeated dependency counts down twice
         reduces = table.op == OP_CODES.index(Op.REDUCE)
         reduce_us = topology.reduce_time_us(chunk_bytes) if reduces.any() else 0.0
         arrival = np.asarray(topology.link_times_us(chunk_bytes))
@@ -188,7 +181,8 @@ def improved(
 ) -> TransferTable | None:
     """The same transfers with each NPU's links reordered by forward-backward list
     scheduling, starting from the order they have, and timed as the replay times them;
-    None unless that finishes strictly sooner.
+    None unless that finishes strictly sooner (and for more than
+    :data:`MAX_REORDERED_TRANSFERS` transfers, which keep their order).
 
     Only the order on links out of NPUs changes (switches stay FIFO), and every
     transfer still waits for the ones it depends on, so whatever the schedule
@@ -201,7 +195,7 @@ def improved(
         if isinstance(transfers, TransferTable)
         else TransferTable.from_transfers(transfers)
     )
-    if not len(table):
+    if not 0 < len(table) <= MAX_REORDERED_TRANSFERS:
         return None
     best = settled(Timeline(topology, table, chunk_bytes), table.start)
     start, end = replayed(replace(table, start=best.start, end=best.end), topology, chunk_bytes)
