@@ -41,6 +41,10 @@ cluster suite gain nothing more from 20 or 60)."""
 SETTLED_AFTER_IDLE_ROUNDS = 2
 """Rounds stop once this many in a row gained nothing (mesh2d:8x8 trees at 16 chunks per
 NPU settle after three rounds; a100-2node at 4 gains again after one idle round)."""
+COMPILED_REPLAY_ABOVE = 50_000
+"""Smaller schedules are replayed by :mod:`tacos.simulate` itself (about 7 us a transfer,
+measured on dgx:4x8 All-Gathers): a small synthesis then loads no compiled replay, whose
+compiling took a first run on ring:8 about 11 s on this machine."""
 MAX_REORDERED_TRANSFERS = 1_200_000
 """Larger schedules keep their order on every link. :func:`improved` takes about 2.5 s
 per 500,000 transfers (a 512-GPU DGX-like All-Gather at one chunk per GPU, 588,800
@@ -157,9 +161,10 @@ def replayed(
     recorded: TransferTable, topology: Topology, chunk_bytes: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every row as :mod:`tacos.simulate` replays it, an NPU's link
-    taking its transfers in order of recorded start (compiled for the default cost
-    model, the one the compiled replay knows)."""
-    if topology.cost.is_default:
+    taking its transfers in order of recorded start (compiled above
+    :data:`COMPILED_REPLAY_ABOVE` transfers in the default cost model, the one the
+    compiled replay knows; both give the same times)."""
+    if topology.cost.is_default and len(recorded) > COMPILED_REPLAY_ABOVE:
         start, end, _ = replay_times_of(recorded, topology, chunk_bytes)
         return start, end
     order = np.lexsort((np.arange(len(recorded)), recorded.link, recorded.start))
