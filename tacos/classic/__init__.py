@@ -51,14 +51,14 @@ CLASSIC_ALGORITHMS = ALGORITHMS
 MAX_TRANSFERS = 1_000_000
 """``compete`` skips algorithms that need more transfers than this: building costs a few
 microseconds per transfer (per candidate), in Python."""
-NEXT_TO_FAST_ENGINE = 400_000
+NEXT_TO_FAST_ENGINE = 200_000
 """The limit ``tacos.synthesize(algorithm="best")`` uses when TACOS ran on its compiled
-engine, which synthesizes such problems in a fraction of that time. It lets in the
-classic algorithms that beat TACOS on 128-NPU clusters at 4 chunks per NPU: ring on
-fat-tree:8 (All-Gather 1.6% faster, 170,688 transfers, about 7 s to build; All-Reduce
-341,376, about 15 s) and halving-doubling on dgx:16x8 (145,408, about 5 s). At 16
-chunks per NPU (up to 1.6 times TACOS's time to build per 100,000 transfers, and
-within 0.6% of TACOS there) they stay out."""
+engine, which synthesizes such problems in a fraction of that time (compared, like
+:data:`MAX_TRANSFERS`, with a lower estimate of an algorithm's transfers). On 128-NPU
+clusters at 4 chunks per NPU it lets in the classic algorithms that beat TACOS (ring on
+fat-tree:8, All-Gather 1.6% faster, at least 65,024 transfers, All-Reduce 130,048; about
+7 and 15 s to build; halving-doubling on dgx:16x8, about 5 s). At 16 chunks per NPU
+(260,096 and more) they would take 50-80 s there for 0.1-0.6%, and stay out."""
 
 
 def classic_schedule(
