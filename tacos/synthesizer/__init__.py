@@ -289,8 +289,8 @@ def _synthesize_tacos(
         if faster is not None:
             transfers, reordered = faster, True
     if policy == "rarest":
-        for groups in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
-            overlapped = tree_all_reduce(topology, tenants.specs[0], groups, random.Random(seed))
+        for layout in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
+            overlapped = tree_all_reduce(topology, tenants.specs[0], layout, random.Random(seed))
             if overlapped is not None and finish_us(overlapped) < finish_us(transfers):
                 transfers, construction, reordered = overlapped, "trees", False
     meta: dict[str, object] = {

@@ -20,13 +20,26 @@ How, for NPUs split into groups (the whole network, or two or four servers):
    through switches only (never through another NPU, which would add itself
    into a sum in passing), the fastest such route.
 2. **Trees.** Chunk ``c`` is owned as the collective lays chunks out; in every
-   group its root is the NPU at the owner's place in its own group. Inside a
-   group, every other NPU picks its parent in the reduction tree among the
-   members strictly nearer the root (in microseconds, by messages between
-   members), and its parent in the broadcast tree among those strictly nearer
-   from it, each time the route with the least link time booked so far by the
-   trees of earlier chunks. Paths are shortest ones and link loads level out
-   (mesh2d:8x8: the busiest link carries 1.06x the link-capacity bound).
+   group its root is the NPU at the owner's place in its own group. Each tree
+   books the link time its messages take, and later trees choose by what is
+   booked, so link loads level out. Two ways to grow them:
+
+   * *Nearer parents*: inside a group, every other NPU picks its parent in the
+     reduction tree among the members strictly nearer the root (in
+     microseconds, by messages between members), and its parent in the
+     broadcast tree among those strictly nearer from it, each time the route
+     with the least link time booked so far. Paths are shortest ones
+     (mesh2d:8x8: the busiest link carries 1.06x the link-capacity bound).
+   * *Spanning* (on networks of direct links only): the tree grows from the
+     root, each time joining the NPU whose message books the least, plus half
+     its new parent's distance from the root in the tree: the Prim-Dijkstra
+     trade-off (Alpert et al., 1995) between a cheapest spanning tree and a
+     shortest-path one. Shortest paths cross a slow cut once per NPU behind it
+     (a heterogeneous mesh's rows each send a partial sum down every column);
+     a cheapest tree crosses it once per chunk (hetero 4x4 at 16 chunks per
+     NPU: the busiest link carries 1.01x the link-capacity bound, against 1.16x
+     with nearer parents). Deeper trees fill the pipeline more slowly, so at
+     one chunk per NPU the nearer parents often win.
 3. **Exchange.** With two groups, each root sends the other its group's sum,
    which is added in on arrival; with four, recursive doubling (two such
    rounds, between roots whose group indices differ in one bit). A root must
@@ -45,11 +58,12 @@ How, for NPUs split into groups (the whole network, or two or four servers):
    is re-timed by the replay.
 
 The entry point builds this for each layout :func:`tree_all_reduce_layouts`
-offers and keeps it only when it beats the greedy: on networks of direct
-links with uneven NPU bandwidth (meshes, heterogeneous meshes) and on two or
-four servers. Elsewhere Reduce-Scatter then All-Gather is at its bound (tori,
-rings) or crosses the network as little (eight servers would need three
-rounds of exchange; Reduce-Scatter then All-Gather crosses twice).
+offers (groups, and how trees grow) and keeps it only when it beats the
+greedy: on networks of direct links with uneven NPU bandwidth (meshes,
+heterogeneous meshes) both ways, and on two or four servers. Elsewhere
+Reduce-Scatter then All-Gather is at its bound (tori, rings) or crosses the
+network as little (eight servers would need three rounds of exchange;
+Reduce-Scatter then All-Gather crosses twice).
 """
 
 from __future__ import annotations
@@ -77,38 +91,56 @@ are two or four: each root sends one or two sums per chunk. With eight it would 
 the network three times, where Reduce-Scatter then All-Gather crosses twice; an
 exchange of every root with every other measured 2.26x the best bound on dgx:4x8 at one
 chunk per NPU (the greedy: 1.54x)."""
+SPANNING_DISTANCE_WEIGHT = 0.5
+"""In spanning trees, what a microsecond of the new parent's distance from the root weighs
+against a microsecond of link time booked: 0 grows the cheapest tree, 1 about a
+shortest-path tree. Of 0, 0.25, 0.5 and 1 over the meshes and heterogeneous meshes at 1,
+4 and 16 chunks per NPU, 0.5 was never far from the best (times the throughput bound for
+the four: mesh2d:8x8 at 4 chunks 1.296, 1.197, 1.189, 1.211; mesh3d:4x4x4 at 16 chunks
+1.179, 1.030, 1.032, 1.044; hetero 8x4 at 16 chunks 1.227, 1.155, 1.156, 1.160)."""
 Route = tuple[int, ...]
 """The links one message crosses from an NPU to an NPU, through switches only."""
 Reach = tuple[float, Route]
 """How an NPU reaches another in one message: microseconds for a chunk, and the route."""
 
 
+class TreeLayout(NamedTuple):
+    """What :func:`tree_all_reduce` builds on: the groups of NPUs, and whether the trees
+    grow spanning (else by nearer parents; module docstring)."""
+
+    groups: tuple[tuple[int, ...], ...]
+    spanning: bool = False
+
+
 def tree_all_reduce_layouts(
     topology: Topology, specs: Sequence[Collective], sends_in_flight: int | None
-) -> list[tuple[tuple[int, ...], ...]]:
-    """The groups worth building :func:`tree_all_reduce` for (see the module docstring):
-    the whole network on direct links with uneven NPU bandwidth, and the two or four
-    servers of a cluster whose same-place NPUs reach each other through switches."""
+) -> list[TreeLayout]:
+    """The layouts worth building :func:`tree_all_reduce` for (see the module docstring):
+    the whole network on direct links with uneven NPU bandwidth, with trees of nearer
+    parents and spanning ones, and the two or four servers of a cluster whose same-place
+    NPUs reach each other through switches."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
     if spec.kind is not CollectiveKind.ALL_REDUCE or len(spec.ranks) != topology.num_npus:
         return []
-    layouts: list[tuple[tuple[int, ...], ...]] = []
+    layouts: list[TreeLayout] = []
     in_bandwidth = {
         sum(topology.links[i].bandwidth_GBps for i in topology.in_links[npu])
         for npu in topology.npus
     }
     if not topology.num_switches and len(in_bandwidth) > 1:
-        layouts.append((tuple(topology.npus),))
+        whole = (tuple(topology.npus),)
+        layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
     servers = node_groups(topology, spec.ranks)
     if servers is not None and len(servers) in EXCHANGING_GROUPS:
-        layouts.append(tuple(tuple(server) for server in servers))
+        layouts.append(TreeLayout(tuple(tuple(server) for server in servers)))
     routes = _Routes(topology, spec.chunk_bytes)
     return [
-        groups for groups in layouts
-        if _transfers(groups, spec.num_chunks, 1) <= MAX_TREE_TRANSFERS and routes.connect(groups)
-        and _transfers(groups, spec.num_chunks, routes.longest_hops) <= MAX_TREE_TRANSFERS
+        layout for layout in layouts
+        if _transfers(layout.groups, spec.num_chunks, 1) <= MAX_TREE_TRANSFERS
+        and routes.connect(layout.groups)
+        and _transfers(layout.groups, spec.num_chunks, routes.longest_hops) <= MAX_TREE_TRANSFERS
     ]  # fmt: skip
 
 
@@ -121,17 +153,15 @@ def _transfers(groups: Sequence[Sequence[int]], chunks: int, hops: int) -> int:
 
 
 def tree_all_reduce(
-    topology: Topology,
-    spec: Collective,
-    groups: Sequence[Sequence[int]],
-    rng: random.Random,
+    topology: Topology, spec: Collective, layout: TreeLayout, rng: random.Random
 ) -> TransferTable | None:
     """The All-Reduce of the module docstring, re-timed as soon as possible; None when
     some root would send its partial sum after another root's had been added to it.
     Transfers are sorted by (start, link), dependencies before dependants."""
     owners = collective_owners(spec).tolist()
     routes = _Routes(topology, spec.chunk_bytes)
-    plan = _Plan(routes, groups, owners)
+    groups = layout.groups
+    plan = _Plan(routes, groups, owners, layout.spanning)
     launch = _launch_order(owners, rng)
     planned = TransferTable.from_transfers([p.transfer for p in plan.transfers])
     timeline = Timeline(topology, planned, spec.chunk_bytes)
@@ -330,9 +360,14 @@ class _Plan:
     """
 
     def __init__(
-        self, routes: _Routes, groups: Sequence[Sequence[int]], owners: Sequence[int]
+        self,
+        routes: _Routes,
+        groups: Sequence[Sequence[int]],
+        owners: Sequence[int],
+        spanning: bool,
     ) -> None:
         self.routes = routes
+        self.spanning = spanning
         self.load_us = [0.0] * len(routes.topology.links)
         self.transfers: list[_Planned] = []
         self.exchanges: list[tuple[int, int]] = []
@@ -357,10 +392,49 @@ class _Plan:
             options = [(other, route) for other, (_, route) in ends
                        if distance[other] < distance[npu]]  # fmt: skip
             other, route = min(options, key=lambda o: (self._cost(o[1]), o[1]))
-            for link in route:
-                self.load_us[link] += self.routes.link_us[link]
+            self._book(route)
             chosen[npu] = (other, route)
         return chosen
+
+    def _spanning(
+        self, root: int, inside: frozenset[int], up: bool
+    ) -> dict[int, tuple[int, Route]]:
+        """Per NPU of the group, its route to (``up``) or from its parent in a tree grown
+        from the root: each time the NPU, parent and route of least booked cost plus
+        :data:`SPANNING_DISTANCE_WEIGHT` times the parent's distance from the root.
+
+        Costs only grow as links are booked, so a heap entry whose cost has grown is
+        put back with its new cost, and the one popped unchanged is the least."""
+        chosen: dict[int, tuple[int, Route]] = {}
+        distance = {root: 0.0}
+        waiting: list[tuple[float, int, int, Route]] = []
+
+        def cost(parent: int, route: Route) -> float:
+            return self._cost(route) + SPANNING_DISTANCE_WEIGHT * distance[parent]
+
+        def offer(parent: int) -> None:
+            ends = self.routes.out_of(parent, inside) if up else self.routes.into(parent, inside)
+            for npu, (_, route) in ends:
+                if npu not in distance:
+                    heapq.heappush(waiting, (cost(parent, route), npu, parent, route))
+
+        offer(root)
+        while waiting:
+            was, npu, parent, route = heapq.heappop(waiting)
+            if npu in distance:
+                continue
+            if (now := cost(parent, route)) > was:
+                heapq.heappush(waiting, (now, npu, parent, route))
+                continue
+            self._book(route)
+            chosen[npu] = (parent, route)
+            distance[npu] = distance[parent] + sum(self.routes.link_us[link] for link in route)
+            offer(npu)
+        return chosen
+
+    def _book(self, route: Route) -> None:
+        for link in route:
+            self.load_us[link] += self.routes.link_us[link]
 
     def _cost(self, route: Route) -> float:
         return sum(self.load_us[link] + self.routes.link_us[link] for link in route)
@@ -391,8 +465,12 @@ class _Plan:
         rounds = (len(roots) - 1).bit_length()  # recursive doubling among the roots
         for root, inside in zip(roots, members, strict=True):
             from_root, to_root = distances[root]
-            up = self._parents(root, inside, to_root, up=True)
-            down = self._parents(root, inside, from_root, up=False)
+            if self.spanning:
+                up = self._spanning(root, inside, up=True)
+                down = self._spanning(root, inside, up=False)
+            else:
+                up = self._parents(root, inside, to_root, up=True)
+                down = self._parents(root, inside, from_root, up=False)
             below = _heights(root, {npu: parent for npu, (parent, _) in down.items()})
             to_go = _depths(root, {npu: parent for npu, (parent, _) in up.items()})
             into: dict[int, list[int]] = {}
