@@ -27,24 +27,20 @@ time; ``tacos.synthesize(..., algorithm="best")`` uses it against TACOS.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tacos.bounds import lower_bounds
 from tacos.classic.algorithms import ALGORITHMS, SUPPORTED, NotApplicable, Recipe, recipes
-from tacos.classic.build import (
-    CLASSIC_SYNTHESIZER,
-    Block,
-    Expansion,
-    Nets,
-    finish_time,
-    list_schedule,
-    to_schedule,
-)
+from tacos.classic.build import CLASSIC_SYNTHESIZER, Expansion, Nets, list_schedules, to_schedule
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 
 CLASSIC_ALGORITHMS = ALGORITHMS
 """The names ``tacos.synthesize(algorithm=...)`` accepts besides "tacos" and "best"."""
@@ -161,14 +157,14 @@ def _race(
     """Expand every option, then time them from the most promising on, pruning the hopeless;
     only the winner becomes a Schedule (re-timed by the replay)."""
     outcome = Outcome()
-    times = nets.forward.times
+    exact = sends_in_flight is None and nets.topology.cost.is_default
     built: list[tuple[float, int, Recipe, Expansion]] = []
     for position, recipe in enumerate(options):
         expansion = Expansion(collective, recipe, nets)
         built.append((expansion.lower_estimate(), position, recipe, expansion))
     built.sort(key=lambda item: (item[0], item[1]))
     best_us = incumbent
-    winner: tuple[str, Recipe, Block, list[float]] | None = None
+    winner: tuple[str, Recipe, TransferTable, np.ndarray] | None = None
     for estimate, _, recipe, expansion in built:
         label = _label(recipe, options)
         if best_us is not None and estimate >= best_us:
@@ -177,22 +173,22 @@ def _race(
                 "busiest link or longest chain)"
             )
             continue
-        block = expansion.block()
-        start = list_schedule(block, nets.topology, times)
-        elapsed = finish_time(block, start, times)
-        if sends_in_flight is not None:  # ports only show in the replay: time every candidate
-            elapsed = to_schedule(
-                nets.topology, collective, block, start, {}, sends_in_flight
-            ).collective_time_us
-        outcome.times_us[label] = elapsed
-        if best_us is None or elapsed < best_us:
-            best_us = elapsed
-            winner = (label, recipe, block, start)
+        table = expansion.block().table(nets.topology)
+        for listed in list_schedules(table, nets.topology, collective.chunk_bytes):
+            elapsed = listed.finish_us
+            if not exact:  # ports, or a link model the list schedule only estimates
+                elapsed = to_schedule(
+                    nets.topology, collective, table, listed.start, {}, sends_in_flight
+                ).collective_time_us
+            outcome.times_us[label] = min(elapsed, outcome.times_us.get(label, math.inf))
+            if best_us is None or elapsed < best_us:
+                best_us = elapsed
+                winner = (label, recipe, table, listed.start)
     if winner is not None:
-        label, recipe, block, start = winner
+        label, recipe, table, start = winner
         meta: dict[str, object] = {"algorithm": recipe.algorithm, "variant": recipe.variant}
         meta.update(recipe.notes)
-        schedule = to_schedule(nets.topology, collective, block, start, meta, sends_in_flight)
+        schedule = to_schedule(nets.topology, collective, table, start, meta, sends_in_flight)
         outcome.times_us[label] = schedule.collective_time_us  # the replay's, to the last bit
         if incumbent is None or schedule.collective_time_us < incumbent:
             outcome.best = schedule

@@ -23,16 +23,27 @@
 
 from __future__ import annotations
 
-import heapq
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from tacos.classic.algorithms import Recipe
 from tacos.classic.network import Network
 from tacos.collective import Collective, CollectiveKind
-from tacos.schedule import Op, Schedule, Transfer
+from tacos.linkmodel import CostModel
+from tacos.schedule import Schedule
+from tacos.synthesizer.list_scheduling import (
+    Timeline,
+    Times,
+    longest_chains_us,
+    replayed,
+    with_times,
+)
 from tacos.synthesizer.timing import retime_asap
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 
 K = CollectiveKind
 CLASSIC_SYNTHESIZER = "tacos-classic"
@@ -56,6 +67,20 @@ class Block:
 
     def __len__(self) -> int:
         return len(self.link)
+
+    def table(self, topology: Topology) -> TransferTable:
+        """The transfers as a table, untimed (start and end 0)."""
+        link = np.asarray(self.link, np.int64)
+        ends = np.array([(lk.src, lk.dst) for lk in topology.links], np.int64).reshape(-1, 2)
+        lengths = np.fromiter(map(len, self.deps), np.int64, len(self.deps))
+        ptr = np.zeros(len(link) + 1, np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        deps = np.fromiter(itertools.chain.from_iterable(self.deps), np.int64, int(ptr[-1]))
+        untimed = np.zeros(len(link))
+        return TransferTable(
+            np.asarray(self.chunk, np.int64), ends[link, 0], ends[link, 1], link,
+            untimed, untimed, np.asarray(self.reduce, np.uint8), ptr, deps,
+        )  # fmt: skip
 
 
 @dataclass
@@ -270,92 +295,36 @@ def lower_estimate(block: Block, times: Sequence[float]) -> float:
 
 
 # ------------------------------------------------------------------ timing
-def list_schedule(block: Block, topology: Topology, times: Sequence[float]) -> list[float]:
-    """Start times of a list schedule: an idle NPU link sends, of the transfers ready for
-    it, the one with the longest chain of link times still behind it (critical path
-    first); a switch link serves its ready transfers first come, first served.
+def list_schedules(table: TransferTable, topology: Topology, chunk_bytes: int) -> list[Times]:
+    """List schedules: an idle NPU link sends, of the transfers ready for it, the one
+    with the longest chain of link times still behind it (critical path first); a
+    switch link serves its ready transfers first come, first served.
 
     Simultaneous events are applied as :mod:`tacos.simulate` applies them, and
-    switch links break ties as its FIFO queues do, so the replay of the
-    resulting order on every NPU link reproduces these times exactly.
+    switch links break ties as its FIFO queues do, so in the paper's link model
+    the replay of the resulting order on every NPU link reproduces these times
+    exactly (compiled: :class:`~tacos.synthesizer.list_scheduling.Timeline`).
+    In another model there is a second schedule, made as if each link stayed
+    busy for a chunk's whole arrival time (the paper's model): list scheduling
+    is a heuristic, and that order is sometimes the faster one (classic
+    algorithms on ring:8 and two-server clusters in the pipelined model, by up
+    to 9%); both must then be replayed to be compared.
     """
-    count = len(block)
-    npus = topology.num_npus
-    from_switch = [link.src >= npus for link in topology.links]
-    waiting = [len(deps) for deps in block.deps]
-    dependants: list[list[int]] = [[] for _ in range(count)]
-    for i, deps in enumerate(block.deps):
-        for d in deps:
-            dependants[d].append(i)
-    behind = _remaining(block, times)
-    queues: dict[int, list[tuple]] = {}  # type: ignore[type-arg]
-    idle = [True] * len(times)
-    start = [0.0] * count
-    completions: list[tuple[float, int]] = []
-
-    def ready(i: int, now: float) -> None:
-        link_id = block.link[i]
-        if from_switch[link_id]:
-            came_in = tuple(block.link[d] for d in block.deps[i])
-            key: tuple = (now, (block.chunk[i], block.reduce[i], *came_in), i)  # type: ignore[type-arg]
-        else:
-            key = (-behind[i], i)
-        heapq.heappush(queues.setdefault(link_id, []), key)
-
-    def begin(link_id: int, now: float) -> None:
-        queue = queues.get(link_id)
-        if idle[link_id] and queue:
-            i = heapq.heappop(queue)[-1]
-            idle[link_id] = False
-            start[i] = now
-            heapq.heappush(completions, (now + times[link_id], i))
-
-    for i in range(count):
-        if not waiting[i]:
-            ready(i, 0.0)
-    for link_id in sorted(queues):
-        begin(link_id, 0.0)
-    while completions:
-        now = completions[0][0]
-        touched = set()
-        while completions and completions[0][0] == now:
-            i = heapq.heappop(completions)[1]
-            link_id = block.link[i]
-            idle[link_id] = True
-            touched.add(link_id)
-            for j in dependants[i]:
-                waiting[j] -= 1
-                if not waiting[j]:
-                    ready(j, now)
-                    touched.add(block.link[j])
-        for link_id in touched:
-            begin(link_id, now)
-    return start
+    behind = -longest_chains_us(table, topology.link_times_us(chunk_bytes))
+    views = [topology] if topology.cost.is_default else [topology, _store_and_forward(topology)]
+    return [Timeline(view, table, chunk_bytes).forward(behind) for view in views]
 
 
-def _remaining(block: Block, times: Sequence[float]) -> list[float]:
-    """Per transfer, the longest chain of link times from its start to the end of the block."""
-    count = len(block)
-    rest = [0.0] * count
-    for i in range(count - 1, -1, -1):
-        mine = rest[i] + times[block.link[i]]
-        rest[i] = mine
-        for d in block.deps[i]:
-            if rest[d] < mine:
-                rest[d] = mine
-    return rest
-
-
-def finish_time(block: Block, start: Sequence[float], times: Sequence[float]) -> float:
-    """When the last transfer of ``block`` ends, given its start times."""
-    return max((start[i] + times[link] for i, link in enumerate(block.link)), default=0.0)
+def _store_and_forward(topology: Topology) -> Topology:
+    """``topology`` in the paper's link model, its reduction cost kept."""
+    return topology.with_cost(replace(topology.cost, link_model=CostModel().link_model))
 
 
 def to_schedule(
     topology: Topology,
     collective: Collective,
-    block: Block,
-    start: Sequence[float],
+    table: TransferTable,
+    start: np.ndarray,
     meta: dict[str, object],
     sends_in_flight: int | None = None,
 ) -> Schedule:
@@ -364,29 +333,13 @@ def to_schedule(
     ``sends_in_flight`` times them for NPUs with that many send ports (the order
     stays the list scheduler's; the schedule records the limit).
     """
-    times = topology.link_times_us(collective.chunk_bytes)
-    order = sorted(range(len(block)), key=lambda i: (start[i], block.link[i], i))
-    new_index = [0] * len(block)
-    for new, old in enumerate(order):
-        new_index[old] = new
-    links = topology.links
-    transfers = []
-    for old in order:
-        link_id = block.link[old]
-        link = links[link_id]
-        transfers.append(
-            Transfer(
-                block.chunk[old],
-                link.src,
-                link.dst,
-                link_id,
-                start[old],
-                start[old] + times[link_id],
-                Op.REDUCE if block.reduce[old] else Op.COPY,
-                tuple(sorted(new_index[d] for d in block.deps[old])),
-            )
+    ordered = with_times(table, start, start)
+    if sends_in_flight is None:
+        timed = with_times(ordered, *replayed(ordered, topology, collective.chunk_bytes))
+    else:
+        timed = TransferTable.from_transfers(
+            retime_asap(list(ordered), topology, collective.chunk_bytes, sends_in_flight)
         )
-    timed = retime_asap(transfers, topology, collective.chunk_bytes, sends_in_flight)
     meta = {"synthesizer": CLASSIC_SYNTHESIZER, **meta}
     if sends_in_flight is not None:
         meta["sends_in_flight"] = sends_in_flight

@@ -157,6 +157,13 @@ def settled(timeline: Timeline, first: Sequence[object] | np.ndarray) -> Times:
     return best
 
 
+def longest_chains_us(table: TransferTable, link_us: Sequence[float]) -> np.ndarray:
+    """Per transfer, the longest chain of link times from its start through what waits
+    for it to the end (critical path first is how the classic algorithms rank their
+    transfers). Every dependency must come before its dependants in ``table``."""
+    return _chains_after(table.link, np.asarray(link_us, np.float64), table.deps_ptr, table.deps)
+
+
 def replayed(
     recorded: TransferTable, topology: Topology, chunk_bytes: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -286,6 +293,19 @@ def _list_schedule(
                     key = instant * count + identity[j] if fifo_link[link[j]] else rank[j]
                     _rank_push(ranks, segment[link[j]], queued, link[j], key)
                     num_touched = _touch(link[j], touched, is_touched, num_touched)
+
+
+@njit(cache=True)
+def _chains_after(
+    link: np.ndarray, link_us: np.ndarray, deps_ptr: np.ndarray, deps: np.ndarray
+) -> np.ndarray:
+    """:func:`longest_chains_us` over rows in dependency order, last row first."""
+    rest = np.zeros(link.size)
+    for i in range(link.size - 1, -1, -1):
+        rest[i] += link_us[link[i]]
+        for k in range(deps_ptr[i], deps_ptr[i + 1]):
+            rest[deps[k]] = max(rest[deps[k]], rest[i])
+    return rest
 
 
 @njit(cache=True, inline="always")
