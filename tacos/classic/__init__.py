@@ -47,14 +47,15 @@ CLASSIC_ALGORITHMS = ALGORITHMS
 MAX_TRANSFERS = 1_000_000
 """``compete`` skips algorithms that need more transfers than this: building costs a few
 microseconds per transfer (per candidate), in Python."""
-NEXT_TO_FAST_ENGINE = 200_000
+NEXT_TO_FAST_ENGINE = 600_000
 """The limit ``tacos.synthesize(algorithm="best")`` uses when TACOS ran on its compiled
 engine, which synthesizes such problems in a fraction of that time (compared, like
-:data:`MAX_TRANSFERS`, with a lower estimate of an algorithm's transfers). On 128-NPU
-clusters at 4 chunks per NPU it lets in the classic algorithms that beat TACOS (ring on
-fat-tree:8, All-Gather 1.6% faster, at least 65,024 transfers, All-Reduce 130,048; about
-7 and 15 s to build; halving-doubling on dgx:16x8, about 5 s). At 16 chunks per NPU
-(260,096 and more) they would take 50-80 s there for 0.1-0.6%, and stay out."""
+:data:`MAX_TRANSFERS`, with a lower estimate of an algorithm's transfers). It lets in the
+classic algorithms that beat TACOS on 128-NPU clusters at 4 and 16 chunks per NPU (ring
+on fat-tree:8 at 16 chunks: All-Gather 1.028 of the throughput bound against TACOS's
+1.034, at least 260,096 transfers, All-Reduce 520,192; halving-doubling on dgx:16x8) and
+on the 512-GPU DGX-like All-Gather at one chunk per GPU (523,264; halving-doubling,
+reordered, 1.153 against 1.194). ``best`` then takes 5-16 s there, TACOS alone 2-5 s."""
 
 
 def classic_schedule(
