@@ -34,19 +34,14 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.output import atomic_file
 from tacos.schedule import Schedule
-from tacos.synthesizer.fast import (
-    Block,
-    FastSettings,
-    Sources,
-    fast_transfers,
-    fast_unsupported,
-    spread_blocks,
-    spread_table,
-)
+from tacos.synthesizer import fastest_greedy
+from tacos.synthesizer.collectives import Tenants
+from tacos.synthesizer.fast import Block, Sources, fast_unsupported, spread_blocks, spread_table
 from tacos.synthesizer.greedy import ChunkPolicy
-from tacos.synthesizer.list_scheduling import MAX_REORDERED_TRANSFERS, improved
+from tacos.synthesizer.list_scheduling import MAX_REORDERED_TRANSFERS
 from tacos.synthesizer.timing import MAX_TAIL_TRANSFERS
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 
 MAGIC = "TACOS-TRANSFERS"
 STREAM_VERSION = 1
@@ -149,15 +144,16 @@ def _blocks(
     A spread small enough for the tail pass (:data:`.MAX_TAIL_TRANSFERS`) or for
     reordering (:data:`.MAX_REORDERED_TRANSFERS`, a bound on its transfers as it
     has at least one per delivery), both of which change start times and so the
-    order, is made whole, as ``tacos.synthesize`` makes it (its links reordered
-    when that is faster, :func:`~tacos.synthesizer.list_scheduling.improved`), and
-    given as one block.
+    order, is made whole by what ``tacos.synthesize`` runs
+    (:func:`~tacos.synthesizer.fastest_greedy`: every attempt, links reordered
+    when that is faster), and given as one block.
     """
     deliveries = (topology.num_npus - 1) * collective.num_chunks
     if deliveries <= max(MAX_TAIL_TRANSFERS, MAX_REORDERED_TRANSFERS):
-        table = fast_transfers(topology, collective, FastSettings(rng, policy, on_delivery))
-        if policy == "rarest":
-            table = improved(topology, table, collective.chunk_bytes) or table
+        whole, _ = fastest_greedy(
+            topology, Tenants((collective,)), rng, policy, None, "fast", on_delivery
+        )
+        table = TransferTable.from_transfers(whole)
         yield Block(table.chunk, table.link, table.start)
         return
     yield from spread_blocks(

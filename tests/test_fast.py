@@ -208,3 +208,21 @@ def test_bit_matrix_rows_start_on_cache_lines(dtype):
     assert matrix.ctypes.data % line == 0 and matrix.strides[0] % line == 0
     assert matrix.shape[0] == 1000 and 79 <= matrix.shape[1] < 79 + line
     assert matrix.flags.c_contiguous and not matrix.any()
+
+
+@pytest.mark.parametrize("name", SWITCHED)
+@pytest.mark.parametrize("kind", [AG, RS, AR])
+def test_both_engines_leave_chunks_to_the_same_nearer_nodes(name, kind):
+    """The attempt where a path through switches leaves a chunk only to nodes nearer than
+    half its time (:mod:`tacos.synthesizer.attempts`) is the same schedule on both."""
+    topo = tacos.from_spec(name)
+    tenants = Tenants((Collective(kind, tuple(topo.npus), 2),))
+    reference_rng, fast_rng = random.Random(4), random.Random(4)
+    reference = synthesize_transfers(
+        topo, tenants, Settings(reference_rng, "rarest", near_fraction=0.5)
+    )
+    compiled = fast.fast_transfers(
+        topo, tenants.specs[0], fast.FastSettings(fast_rng, "rarest", near_fraction=0.5)
+    )
+    assert list(compiled) == reference
+    assert fast_rng.getstate() == reference_rng.getstate()

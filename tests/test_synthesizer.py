@@ -115,13 +115,15 @@ def test_rarest_first_is_not_worse_than_random_on_rings_and_tori():
             assert sum(rarest) <= sum(plain) + 1e-9, (name, chunks)
 
 
-def test_progress_reports_reach_the_total():
+@pytest.mark.parametrize("kind", [AR, CollectiveKind.REDUCE, CollectiveKind.BROADCAST])
+def test_progress_reports_reach_the_total(kind):
+    """Five NPUs take each of 6 chunks, twice for All-Reduce (a Reduce counts as its
+    mirror, a Broadcast; it used to count as an All-Gather with a root, which raised)."""
     topo = from_spec("ring:6")
     seen = []
-    tacos.synthesize(
-        topo, spec_for(topo, AR), progress=lambda done, total: seen.append((done, total))
-    )
-    assert seen[-1][0] == seen[-1][1] == 2 * 5 * 6
+    spec = Collective(kind, tuple(topo.npus), 1 if kind is AR else 6, 2**20)
+    tacos.synthesize(topo, spec, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1][0] == seen[-1][1] == (2 if kind is AR else 1) * 5 * 6
 
 
 def test_ranks_must_be_npus_of_the_topology():

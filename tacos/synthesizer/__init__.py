@@ -54,6 +54,7 @@ import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from functools import partial
 from multiprocessing import get_context
 from typing import Any, Literal
 
@@ -64,12 +65,17 @@ from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
 from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_layouts
-from tacos.synthesizer.attempts import fastest_attempt, finish_us
+from tacos.synthesizer.attempts import (
+    Attempt,
+    fastest_attempt,
+    finish_us,
+    near_fractions,
+    own_first_choices,
+)
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.list_scheduling import improved
-from tacos.synthesizer.routes import one_uplink_hosts
 from tacos.synthesizer.timing import renumber
 from tacos.topology import Topology
 from tacos.verify import verify
@@ -270,24 +276,10 @@ def _synthesize_tacos(
             progress(done, total)
 
     rng = random.Random(seed)
-
-    def build(own_first: bool, reports: bool) -> Sequence[Transfer]:
-        delivery = on_delivery if reports else None
-        if chosen == "fast":
-            fast = FastSettings(rng, policy, delivery, own_first)
-            return fast_transfers(topology, tenants.specs[0], fast)
-        settings = Settings(rng, policy, sends_in_flight, delivery, own_first)
-        return synthesize_transfers(topology, tenants, settings)
-
-    own_first_choices = (True, False) if any(one_uplink_hosts(topology)) else (True,)
-    transfers = fastest_attempt(own_first_choices, rng, build, finish_us)
-    construction, reordered = "greedy", False
-    # Reordered (module docs) for one tenant (a joint reorder trades one tenant's time
-    # for another's) and no port limit (the list scheduler has no port model).
-    if policy == "rarest" and len(tenants.specs) == 1 and sends_in_flight is None:
-        faster = improved(topology, transfers, tenants.chunk_bytes)
-        if faster is not None:
-            transfers, reordered = faster, True
+    transfers, reordered = fastest_greedy(
+        topology, tenants, rng, policy, sends_in_flight, chosen, on_delivery
+    )
+    construction = "greedy"
     if policy == "rarest":
         for layout in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
             overlapped = tree_all_reduce(topology, tenants.specs[0], layout, random.Random(seed))
@@ -314,6 +306,50 @@ def _synthesize_tacos(
     return schedules
 
 
+def fastest_greedy(
+    topology: Topology,
+    tenants: Tenants,
+    rng: random.Random,
+    policy: ChunkPolicy,
+    sends_in_flight: int | None,
+    engine: Engine,
+    on_delivery: Callable[[int], None] | None = None,
+) -> tuple[Sequence[Transfer], bool]:
+    """The greedy's fastest attempt (:mod:`.attempts`) on ``engine`` ("fast" or
+    "reference"), its links reordered when that is faster (module docs), and whether
+    they were. Only the first attempt reports deliveries. :mod:`tacos.stream` writes
+    what this gives, so both stay one schedule."""
+
+    def build(attempt: Attempt, reports: bool, first_fraction: bool) -> Sequence[Transfer]:
+        delivery = on_delivery if reports and first_fraction else None
+        own_first, near = attempt
+        if engine == "fast":
+            fast = FastSettings(rng, policy, delivery, own_first, near)
+            return fast_transfers(topology, tenants.specs[0], fast)
+        settings = Settings(rng, policy, sends_in_flight, delivery, own_first, near)
+        return synthesize_transfers(topology, tenants, settings)
+
+    # Reordered for one tenant (a joint reorder trades one tenant's time for
+    # another's) and no port limit (the list scheduler has no port model).
+    reorders = policy == "rarest" and len(tenants.specs) == 1 and sends_in_flight is None
+    fractions = near_fractions(topology, _deliveries(topology, tenants))
+    state = rng.getstate()
+    transfers: Sequence[Transfer] = []
+    reordered = False
+    for index, near in enumerate(fractions if policy == "rarest" else fractions[:1]):
+        rng.setstate(state)
+        choices = [Attempt(own_first, near) for own_first in own_first_choices(topology)]
+        built: Sequence[Transfer] = fastest_attempt(
+            choices, rng, partial(build, first_fraction=index == 0), finish_us
+        )
+        faster = improved(topology, built, tenants.chunk_bytes) if reorders else None
+        if faster is not None:
+            built = faster
+        if index == 0 or finish_us(built) < finish_us(transfers):
+            transfers, reordered = built, faster is not None
+    return transfers, reordered
+
+
 def _choose_engine(
     engine: str, topology: Topology, tenants: Tenants, sends_in_flight: int | None
 ) -> Engine:
@@ -333,9 +369,12 @@ def _choose_engine(
 def _deliveries(topology: Topology, tenants: Tenants) -> int:
     """How many (node, chunk) deliveries the greedy will report, over all its phases."""
     phases = 2 if tenants.kind is CollectiveKind.ALL_REDUCE else 1
-    mirror = tenants.as_kind(CollectiveKind.ALL_GATHER) if tenants.kind.reduces else tenants
     if tenants.kind is CollectiveKind.REDUCE:
         mirror = tenants.as_kind(CollectiveKind.BROADCAST)
+    elif tenants.kind.reduces:
+        mirror = tenants.as_kind(CollectiveKind.ALL_GATHER)
+    else:
+        mirror = tenants
     if fast_unsupported(topology, mirror.specs, None) is None:  # every NPU wants every chunk
         (spec,) = mirror.specs
         return phases * (topology.num_npus - 1) * spec.num_chunks

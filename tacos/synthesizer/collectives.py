@@ -114,14 +114,16 @@ class Tenants:
 
 @dataclass(frozen=True)
 class Settings:
-    """How to run the greedy: tie-breaking, chunk policy, NPU port limit, progress, and
-    whether hosts with one uplink send their own chunks first (:mod:`.attempts`)."""
+    """How to run the greedy: tie-breaking, chunk policy, NPU port limit, progress,
+    whether hosts with one uplink send their own chunks first, and which nodes count as
+    nearer to a receiver than a path through switches (:mod:`.attempts`)."""
 
     rng: random.Random
     policy: ChunkPolicy = "rarest"
     sends_in_flight: int | None = None
     on_delivery: DeliveryCallback | None = None
     own_first: bool = True
+    near_fraction: float = 1.0
 
 
 def synthesize_transfers(
@@ -247,6 +249,7 @@ def _spread(
         on_delivery=settings.on_delivery,
         sends_in_flight=settings.sends_in_flight,
         own_first=settings.own_first,
+        near_fraction=settings.near_fraction,
     )
     combined = [*earlier, *spread]
     in_order = renumber(

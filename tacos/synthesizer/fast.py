@@ -349,6 +349,7 @@ class FastSettings:
     policy: ChunkPolicy = "rarest"
     on_delivery: DeliveryCallback | None = None
     own_first: bool = True
+    near_fraction: float = 1.0
 
 
 def fast_transfers(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
@@ -425,7 +426,7 @@ def _fabric_spread(
     spread = fabric_spread(
         topology, sources.node, sources.time, sources.deps_ptr, sources.deps, spec.chunk_bytes,
         settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
-        own_first=settings.own_first,
+        own_first=settings.own_first, near_fraction=settings.near_fraction,
     )  # fmt: skip
     if settings.on_delivery:
         settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)

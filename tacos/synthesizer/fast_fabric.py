@@ -165,6 +165,7 @@ def fabric_spread(
     link_free_at: np.ndarray | None = None,
     index_offset: int = 0,
     own_first: bool = True,
+    near_fraction: float = 1.0,
 ) -> TransferTable:
     """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU.
 
@@ -180,7 +181,8 @@ def fabric_spread(
         arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
         arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.rivals_ptr, arrays.rivals,
         arrays.slow_in_ptr, arrays.slow_in, arrays.rival_slot,
-        arrays.near_ptr, arrays.near_nodes, arrays.near_dist, arrays.max_keys, arrays.dag_of_link,
+        arrays.near_ptr, arrays.near_nodes, arrays.near_dist * (1 / near_fraction),
+        arrays.max_keys, arrays.dag_of_link,
         arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
         arrays.matching_of_link, arrays.one_uplink & own_first, num_chunks,

@@ -138,6 +138,7 @@ def greedy_spread(
     on_delivery: DeliveryCallback | None = None,
     sends_in_flight: int | None = None,
     own_first: bool = True,
+    near_fraction: float = 1.0,
 ) -> list[Transfer]:
     """Spread chunks until every node holds the chunks it wants.
 
@@ -156,6 +157,8 @@ def greedy_spread(
             holds its sender's port until it arrives); None for no limit.
         own_first: whether a host with one uplink sends its own chunks first
             (:meth:`_SpreadState._takers`).
+        near_fraction: a path through switches leaves a chunk to the nodes nearer to
+            its receiver than this fraction of the path's time (:class:`_NearHoldings`).
 
     Returns:
         Transfers in the order they were decided (dependencies first; sort by
@@ -163,8 +166,9 @@ def greedy_spread(
         ended up needing; see :func:`tacos.synthesizer.timing.prune`.
     """
     state = _SpreadState(
-        topology, list(sources), wants, chunk_bytes, rng, policy, index_offset, own_first
-    )
+        topology, list(sources), wants, chunk_bytes, rng, policy, index_offset, own_first,
+        near_fraction,
+    )  # fmt: skip
     state.ports = sends_in_flight
     for link_id, free_at in enumerate(link_free_at or ()):
         if free_at > 0:
@@ -210,6 +214,7 @@ class _SpreadState:
         policy: ChunkPolicy,
         index_offset: int,
         own_first: bool,
+        near_fraction: float,
     ) -> None:
         self.topology = topology
         self.wants = wants
@@ -265,7 +270,9 @@ class _SpreadState:
             for chunk in _members(want):
                 self.targets[chunk].append(node)
         self._distance_to: dict[int, dict[int, float]] = {}
-        self.near = _NearHoldings(self._distances_to, self.holds, self.incoming, topology.num_npus)
+        self.near = _NearHoldings(
+            self._distances_to, self.holds, self.incoming, topology.num_npus, 1 / near_fraction
+        )
         one_uplink = one_uplink_hosts(topology)
         for source in sources:
             self.copies[source.chunk] += 1
@@ -687,6 +694,11 @@ class _NearHoldings:
     cheaper links. This is what makes a chunk enter each server or pod of a
     cluster once and spread inside it locally.
 
+    Only nodes nearer than a fraction of the path count when distances are
+    scaled by its inverse (``scale``): at one chunk per NPU, a leaf's NICs are
+    idle while the chunks wait to be relayed by a server nearer the receiver
+    (:mod:`.attempts`).
+
     What a node holds or is receiving only grows, so each answer is kept as a
     bit set that is or-ed with every chunk a node nearer than its cut gains.
     """
@@ -697,8 +709,10 @@ class _NearHoldings:
         holds: list[int],
         incoming: list[int],
         num_npus: int,
+        scale: float = 1.0,
     ) -> None:
         self._distances_to = distances_to
+        self._scale = scale
         self._num_npus = num_npus
         self._holds = holds
         self._incoming = incoming
@@ -729,7 +743,7 @@ class _NearHoldings:
         found = self._nearest_first.get(v)
         if found is None:
             order = sorted(
-                (d, node)
+                (d * self._scale, node)
                 for node, d in self._distances_to(v).items()
                 if node != v and node < self._num_npus
             )
