@@ -54,7 +54,6 @@ import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from functools import partial
 from multiprocessing import get_context
 from typing import Any, Literal
 
@@ -320,8 +319,8 @@ def fastest_greedy(
     they were. Only the first attempt reports deliveries. :mod:`tacos.stream` writes
     what this gives, so both stay one schedule."""
 
-    def build(attempt: Attempt, reports: bool, first_fraction: bool) -> Sequence[Transfer]:
-        delivery = on_delivery if reports and first_fraction else None
+    def build(attempt: Attempt, reports: bool) -> Sequence[Transfer]:
+        delivery = on_delivery if reports else None
         own_first, near = attempt
         if engine == "fast":
             fast = FastSettings(rng, policy, delivery, own_first, near)
@@ -332,22 +331,20 @@ def fastest_greedy(
     # Reordered for one tenant (a joint reorder trades one tenant's time for
     # another's) and no port limit (the list scheduler has no port model).
     reorders = policy == "rarest" and len(tenants.specs) == 1 and sends_in_flight is None
-    fractions = near_fractions(topology, _deliveries(topology, tenants))
-    state = rng.getstate()
-    transfers: Sequence[Transfer] = []
-    reordered = False
-    for index, near in enumerate(fractions if policy == "rarest" else fractions[:1]):
-        rng.setstate(state)
+
+    def at_nearness(near: float, reports: bool) -> tuple[Sequence[Transfer], bool]:
+        """The faster own-chunks-first choice at ``near``, reordered when that is faster."""
         choices = [Attempt(own_first, near) for own_first in own_first_choices(topology)]
-        built: Sequence[Transfer] = fastest_attempt(
-            choices, rng, partial(build, first_fraction=index == 0), finish_us
+        built = fastest_attempt(
+            choices, rng, lambda attempt, first: build(attempt, reports and first), finish_us
         )
         faster = improved(topology, built, tenants.chunk_bytes) if reorders else None
-        if faster is not None:
-            built = faster
-        if index == 0 or finish_us(built) < finish_us(transfers):
-            transfers, reordered = built, faster is not None
-    return transfers, reordered
+        return (built, False) if faster is None else (faster, True)
+
+    fractions = near_fractions(topology, _deliveries(topology, tenants))
+    if policy != "rarest":
+        fractions = fractions[:1]
+    return fastest_attempt(fractions, rng, at_nearness, lambda built: finish_us(built[0]))
 
 
 def _choose_engine(

@@ -407,28 +407,28 @@ class _Plan:
         put back with its new cost, and the one popped unchanged is the least."""
         chosen: dict[int, tuple[int, Route]] = {}
         distance = {root: 0.0}
-        waiting: list[tuple[float, int, int, Route]] = []
+        waiting: list[tuple[float, int, int, Reach]] = []
 
         def cost(parent: int, route: Route) -> float:
             return self._cost(route) + SPANNING_DISTANCE_WEIGHT * distance[parent]
 
         def offer(parent: int) -> None:
             ends = self.routes.out_of(parent, inside) if up else self.routes.into(parent, inside)
-            for npu, (_, route) in ends:
+            for npu, reach in ends:
                 if npu not in distance:
-                    heapq.heappush(waiting, (cost(parent, route), npu, parent, route))
+                    heapq.heappush(waiting, (cost(parent, reach[1]), npu, parent, reach))
 
         offer(root)
         while waiting:
-            was, npu, parent, route = heapq.heappop(waiting)
+            was, npu, parent, (us, route) = heapq.heappop(waiting)
             if npu in distance:
                 continue
             if (now := cost(parent, route)) > was:
-                heapq.heappush(waiting, (now, npu, parent, route))
+                heapq.heappush(waiting, (now, npu, parent, (us, route)))
                 continue
             self._book(route)
             chosen[npu] = (parent, route)
-            distance[npu] = distance[parent] + sum(self.routes.link_us[link] for link in route)
+            distance[npu] = distance[parent] + us
             offer(npu)
         return chosen
 

@@ -181,7 +181,7 @@ def fabric_spread(
         arrays.link_src, arrays.link_dst, arrays.link_time, arrays.has_routes, arrays.first_ptr,
         arrays.first_links, arrays.inbr_ptr, arrays.inbrs, arrays.rivals_ptr, arrays.rivals,
         arrays.slow_in_ptr, arrays.slow_in, arrays.rival_slot,
-        arrays.near_ptr, arrays.near_nodes, arrays.near_dist * (1 / near_fraction),
+        arrays.near_ptr, arrays.near_nodes, _near_distances(arrays, near_fraction),
         arrays.max_keys, arrays.dag_of_link,
         arrays.dag_node_ptr, arrays.dag_nodes, arrays.dag_first_npu, arrays.dag_edge_ptr,
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
@@ -239,3 +239,11 @@ def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int)
         transfers.deps_ptr, transfers.deps,
     )  # fmt: skip
     return retimed.take(in_start_order)
+
+
+def _near_distances(arrays: FabricArrays, near_fraction: float) -> np.ndarray:
+    """``near_dist`` scaled as the reference's ``_NearHoldings`` scales it; unscaled
+    without a copy (it holds a distance per pair of NPUs: 134 MB at 4096 GPUs)."""
+    if near_fraction == 1.0:
+        return arrays.near_dist
+    return arrays.near_dist * (1 / near_fraction)
