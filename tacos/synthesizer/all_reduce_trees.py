@@ -18,7 +18,10 @@ How, for NPUs split into groups (the whole network, or two or four servers):
 
 1. **Messages.** A message goes from an NPU to an NPU over a direct link or
    through switches only (never through another NPU, which would add itself
-   into a sum in passing), the fastest such route.
+   into a sum in passing), by a fastest such route: of those, the one with the
+   least link time booked so far, so parallel links and a fat tree's planes
+   share the messages (htsim's fat tree: one aggregation switch per pod had
+   carried every message between its racks).
 2. **Trees.** Chunk ``c`` is owned as the collective lays chunks out; in every
    group its root is the NPU at the owner's place in its own group. Each tree
    books the link time its messages take, and later trees choose by what is
@@ -40,6 +43,10 @@ How, for NPUs split into groups (the whole network, or two or four servers):
      NPU: the busiest link carries 1.01x the link-capacity bound, against 1.16x
      with nearer parents). Deeper trees fill the pipeline more slowly, so at
      one chunk per NPU the nearer parents often win.
+
+   Trees of nearer parents are then grown again, each chunk's among all the
+   others' (:data:`GROWN_ROUNDS`), and both are scheduled where that lightens
+   the busiest link enough (:data:`REGROWN_IF_BUSIEST_BELOW`).
 3. **Exchange.** With two groups, each root sends the other its group's sum,
    which is added in on arrival; with four, recursive doubling (two such
    rounds, between roots whose group indices differ in one bit). A root must
@@ -74,6 +81,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+import numpy as np
+
 from tacos.classic.network import node_groups
 from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
@@ -98,6 +107,19 @@ shortest-path tree. Of 0, 0.25, 0.5 and 1 over the meshes and heterogeneous mesh
 4 and 16 chunks per NPU, 0.5 was never far from the best (times the throughput bound for
 the four: mesh2d:8x8 at 4 chunks 1.296, 1.197, 1.189, 1.211; mesh3d:4x4x4 at 16 chunks
 1.179, 1.030, 1.032, 1.044; hetero 8x4 at 16 chunks 1.227, 1.155, 1.156, 1.160)."""
+GROWN_ROUNDS = 2
+"""Trees of nearer parents are grown twice: the second time each chunk's are ripped up and
+grown again among every other chunk's (as routers negotiate congestion), since the
+first chunks chose before any link was booked. The busiest link over the throughput
+bound at 16 chunks per NPU: hetero 4x4 1.266 -> 1.094, hetero 8x4 1.195 -> 1.105
+(more rounds: 1.090, 1.105). Spanning trees weigh distance too and lost time with it."""
+REGROWN_IF_BUSIEST_BELOW = 0.95
+"""Regrown trees are scheduled too (the faster kept) when their busiest link carries at
+most this much of the first trees' busiest. A lighter busiest link paid where the first
+trees were badly unbalanced (hetero 4x4 All-Reduce at 16 chunks per NPU: 1.218 -> 1.180
+of the throughput bound; the busiest link 14% lighter); on the meshes, 3-5% lighter,
+the regrown trees scheduled no faster or slower (mesh3d:4x4x4 at one chunk per NPU
+1.300 -> 1.333 of the best bound)."""
 Route = tuple[int, ...]
 """The links one message crosses from an NPU to an NPU, through switches only."""
 Reach = tuple[float, Route]
@@ -159,25 +181,43 @@ def tree_all_reduce(
     some root would send its partial sum after another root's had been added to it.
     Transfers are sorted by (start, link), dependencies before dependants."""
     owners = collective_owners(spec).tolist()
-    routes = _Routes(topology, spec.chunk_bytes)
-    groups = layout.groups
-    plan = _Plan(routes, groups, owners, layout.spanning)
+    plan = _Plan(_Routes(topology, spec.chunk_bytes), layout.groups, owners, layout.spanning)
     launch = _launch_order(owners, rng)
-    planned = TransferTable.from_transfers([p.transfer for p in plan.transfers])
+    first, *regrown = plan.rounds
+    lighter = REGROWN_IF_BUSIEST_BELOW * first.busiest_us
+    tried = [first, *(trees for trees in regrown if trees.busiest_us <= lighter)]
+    timed = [_timed(topology, spec, trees, layout.groups, launch) for trees in tried]
+    return min(
+        (table for table in timed if table is not None),
+        key=lambda table: float(table.end.max()),
+        default=None,
+    )
+
+
+def _timed(
+    topology: Topology,
+    spec: Collective,
+    trees: _Trees,
+    groups: Sequence[Sequence[int]],
+    launch: Sequence[int],
+) -> TransferTable | None:
+    """``trees`` list-scheduled from each first pass, the fastest re-timed by the replay;
+    None when a root would send its sum after another's was added into it."""
+    planned = trees.table()
     timeline = Timeline(topology, planned, spec.chunk_bytes)
     best = min(
-        (settled(timeline, first) for first in _first_passes(plan, groups, launch)),
+        (settled(timeline, first) for first in _first_passes(trees, groups, launch)),
         key=lambda times: times.finish_us,
     )
     recorded = replace(planned, start=best.start, end=best.end)
     start, end = replayed(recorded, topology, spec.chunk_bytes)
-    if not all(start[out] < end[into] for out, into in plan.exchanges):
-        return None  # a root would send its sum after the other's was added in
+    if not all(start[out] < end[into] for out, into in trees.exchanges):
+        return None
     return with_times(planned, start, end)
 
 
 def _first_passes(
-    plan: _Plan, groups: Sequence[Sequence[int]], launch: Sequence[int]
+    plan: _Trees, groups: Sequence[Sequence[int]], launch: Sequence[int]
 ) -> list[list[tuple[int, ...]]]:
     """The priorities list scheduling starts from; forward-backward rounds refine each.
 
@@ -238,6 +278,9 @@ class _Routes:
         self._from: dict[int, dict[int, Reach]] = {}
         self._into: dict[tuple[int, frozenset[int]], list[tuple[int, Reach]]] = {}
         self._out_of: dict[tuple[int, frozenset[int]], list[tuple[int, Reach]]] = {}
+        self._fastest_into: dict[int, dict[int, list[int]]] = {}
+        self._arrival: dict[int, dict[int, tuple[float, int]]] = {}
+        self._on_fastest: dict[tuple[int, int], list[int]] = {}
         self.longest_hops = 1
 
     def from_npu(self, source: int) -> dict[int, Reach]:
@@ -289,9 +332,42 @@ class _Routes:
                                  if target in self.from_npu(a)]  # fmt: skip
         return self._out_of[key]
 
+    def cheapest(self, route: Route, load_us: Sequence[float]) -> Route:
+        """Of the fastest routes between ``route``'s ends, the one whose links have the
+        least ``load_us`` booked (plus their own time): parallel links and the switches of
+        a fat tree's other planes are taken in turn, not one path for every message."""
+        links = self.topology.links
+        source, target = links[route[0]].src, links[route[-1]].dst
+        best: dict[int, tuple[float, Route]] = {source: (0.0, ())}
+        for link in self._fastest_links(source, target):
+            cost, so_far = best[links[link].src]
+            option = (cost + load_us[link] + self.link_us[link], (*so_far, link))
+            node = links[link].dst
+            if node not in best or option < best[node]:
+                best[node] = option
+        return best[target][1]
+
+    def _fastest_links(self, source: int, target: int) -> list[int]:
+        """The links on fastest routes from ``source`` to ``target``, each after the links
+        into its start."""
+        key = (source, target)
+        if key not in self._on_fastest:
+            self.from_npu(source)
+            into, links = self._fastest_into[source], self.topology.links
+            found, waiting = set(), [target]
+            while waiting:
+                node = waiting.pop()
+                for link in into.get(node, ()):
+                    if link not in found:
+                        found.add(link)
+                        waiting.append(links[link].src)
+            arrival = self._arrival[source]
+            self._on_fastest[key] = sorted(found, key=lambda i: (arrival[links[i].dst], i))
+        return self._on_fastest[key]
+
     def _search(self, source: int) -> dict[int, Reach]:
         topology, best = self.topology, {source: (0.0, 0)}
-        via: dict[int, int] = {}
+        via: dict[int, list[int]] = {}
         heap = [(0.0, 0, source)]
         while heap:
             elapsed, hops, node = heapq.heappop(heap)
@@ -300,19 +376,28 @@ class _Routes:
             for link_id in topology.out_links[node]:
                 nxt = topology.links[link_id].dst
                 key = (elapsed + self.link_us[link_id], hops + 1)
-                if nxt not in best or key < best[nxt]:
-                    best[nxt], via[nxt] = key, link_id
+                if nxt in best and _same(key, best[nxt]):
+                    via[nxt].append(link_id)
+                elif nxt not in best or key < best[nxt]:
+                    best[nxt], via[nxt] = key, [link_id]
                     heapq.heappush(heap, (*key, nxt))
+        self._fastest_into[source] = via
+        self._arrival[source] = best
         found: dict[int, Reach] = {}
         for target in best:
             if target == source or topology.is_switch(target):
                 continue
             route, node = [], target
             while node != source:
-                route.append(via[node])
-                node = topology.links[via[node]].src
+                route.append(via[node][0])
+                node = topology.links[via[node][0]].src
             found[target] = (best[target][0], tuple(reversed(route)))
         return found
+
+
+def _same(key: tuple[float, int], other: tuple[float, int]) -> bool:
+    """Whether two (microseconds, hops) keys are one, up to the sums' rounding."""
+    return key[1] == other[1] and abs(key[0] - other[0]) <= 1e-9 * max(1.0, key[0])
 
 
 def _nearest(root: int, neighbours: Callable[[int], list[tuple[int, float]]]) -> dict[int, float]:
@@ -351,13 +436,30 @@ class _Planned(NamedTuple):
         return self.receiver if self.phase == REDUCING else self.sender
 
 
-class _Plan:
-    """Every chunk's trees as transfers (times unset), dependencies first.
+class _Trees(NamedTuple):
+    """Every chunk's trees as transfers (times unset), dependencies first."""
 
-    ``exchanges`` pairs, in plan indices, a root's first hop out in an exchange
-    round with a last hop into that root in the same round: the send must start
-    before the arrival ends.
-    """
+    transfers: list[_Planned]
+    """Chunk after chunk, each chunk's dependencies numbered from its first transfer."""
+    exchanges: list[tuple[int, int]]
+    """In transfer indices, a root's first hop out in an exchange round with a last hop
+    into that root in the same round: the send must start before the arrival ends."""
+    offsets: np.ndarray
+    """Per transfer, the index of its chunk's first transfer."""
+    busiest_us: float
+    """The link time booked on the busiest link."""
+
+    def table(self) -> TransferTable:
+        """The transfers as a table, their dependencies numbered over the whole plan."""
+        table = TransferTable.from_transfers([p.transfer for p in self.transfers])
+        shift = np.repeat(self.offsets, np.diff(table.deps_ptr))
+        return replace(table, deps=table.deps + shift)
+
+
+class _Plan:
+    """Trees grown for every chunk, link loads booked as they grow: ``rounds`` holds them
+    as first grown, then (nearer parents) as regrown (:data:`GROWN_ROUNDS`). While a
+    chunk's trees grow, ``transfers`` and ``exchanges`` collect them, numbered from 0."""
 
     def __init__(
         self,
@@ -369,17 +471,29 @@ class _Plan:
         self.routes = routes
         self.spanning = spanning
         self.load_us = [0.0] * len(routes.topology.links)
-        self.transfers: list[_Planned] = []
-        self.exchanges: list[tuple[int, int]] = []
         place = {npu: (g, i) for g, group in enumerate(groups) for i, npu in enumerate(group)}
         members = [frozenset(group) for group in groups]
         distances: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
-        for chunk, owner in enumerate(owners):
-            roots = [group[place[owner][1]] for group in groups]
-            for root, inside in zip(roots, members, strict=True):
-                if root not in distances:
-                    distances[root] = routes.distances(root, inside)
-            self._add_chunk(chunk, roots, members, distances)
+        trees: list[tuple[list[_Planned], list[tuple[int, int]]]] = []
+        self.rounds: list[_Trees] = []
+        for rounds in range(1 if spanning else GROWN_ROUNDS):
+            for chunk, owner in enumerate(owners):
+                roots = [group[place[owner][1]] for group in groups]
+                for root, inside in zip(roots, members, strict=True):
+                    if root not in distances:
+                        distances[root] = routes.distances(root, inside)
+                if rounds:  # rip this chunk's trees up, grow them again among the others'
+                    for planned in trees[chunk][0]:
+                        self.load_us[planned.transfer.link] -= routes.link_us[planned.transfer.link]
+                # _message numbers the chunk's transfers from 0, joined below.
+                self.transfers: list[_Planned] = []
+                self.exchanges: list[tuple[int, int]] = []
+                self._add_chunk(chunk, roots, members, distances)
+                if rounds:
+                    trees[chunk] = (self.transfers, self.exchanges)
+                else:
+                    trees.append((self.transfers, self.exchanges))
+            self.rounds.append(_joined(trees)._replace(busiest_us=max(self.load_us)))
 
     def _parents(
         self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
@@ -389,7 +503,7 @@ class _Plan:
         chosen: dict[int, tuple[int, Route]] = {}
         for npu in sorted(inside - {root}):
             ends = self.routes.into(npu, inside) if up else self.routes.out_of(npu, inside)
-            options = [(other, route) for other, (_, route) in ends
+            options = [(other, self._cheapest(route)) for other, (_, route) in ends
                        if distance[other] < distance[npu]]  # fmt: skip
             other, route = min(options, key=lambda o: (self._cost(o[1]), o[1]))
             self._book(route)
@@ -410,7 +524,7 @@ class _Plan:
         waiting: list[tuple[float, int, int, Reach]] = []
 
         def cost(parent: int, route: Route) -> float:
-            return self._cost(route) + SPANNING_DISTANCE_WEIGHT * distance[parent]
+            return self._cost(self._cheapest(route)) + SPANNING_DISTANCE_WEIGHT * distance[parent]
 
         def offer(parent: int) -> None:
             ends = self.routes.out_of(parent, inside) if up else self.routes.into(parent, inside)
@@ -426,11 +540,15 @@ class _Plan:
             if (now := cost(parent, route)) > was:
                 heapq.heappush(waiting, (now, npu, parent, (us, route)))
                 continue
+            route = self._cheapest(route)
             self._book(route)
             chosen[npu] = (parent, route)
             distance[npu] = distance[parent] + us
             offer(npu)
         return chosen
+
+    def _cheapest(self, route: Route) -> Route:
+        return self.routes.cheapest(route, self.load_us)
 
     def _book(self, route: Route) -> None:
         for link in route:
@@ -512,7 +630,8 @@ class _Plan:
             for index, root in enumerate(roots):
                 peer_index = index ^ (1 << step)
                 peer = roots[peer_index]
-                route = self.routes.from_npu(root)[peer][1]
+                route = self._cheapest(self.routes.from_npu(root)[peer][1])
+                self._book(route)
                 rest = rounds - step + broadcast_depth[peer_index]
                 first, last = self._message(
                     chunk, route, Op.REDUCE, tuple(sums_at[root]), EXCHANGING, rest
@@ -522,6 +641,19 @@ class _Plan:
             for root in roots:
                 self.exchanges += [(sent[root], into) for into in arrived[root]]
                 sums_at[root] += arrived[root]
+
+
+def _joined(trees: Sequence[tuple[list[_Planned], list[tuple[int, int]]]]) -> _Trees:
+    """Every chunk's transfers and exchange pairs, each numbered from 0, as one plan."""
+    transfers: list[_Planned] = []
+    exchanges: list[tuple[int, int]] = []
+    offsets: list[int] = []
+    for planned, paired in trees:
+        offset = len(transfers)
+        transfers += planned
+        offsets += [offset] * len(planned)
+        exchanges += [(out + offset, into + offset) for out, into in paired]
+    return _Trees(transfers, exchanges, np.array(offsets, np.int64), 0.0)
 
 
 def _depths(root: int, parent_of: dict[int, int]) -> dict[int, int]:
