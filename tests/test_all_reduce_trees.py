@@ -127,6 +127,20 @@ def test_servers_reduce_apart_exchange_their_sums_and_the_result_verifies(topolo
             _checked(topology, spec, transfers)
 
 
+def test_servers_under_one_leaf_reduce_together_and_the_leaves_swap_sums():
+    """Rails over two leaves: eight servers would exchange their sums in three rounds, so
+    the servers under each leaf (reached without a spine) make one group, and the two
+    groups swap sums over the spine once per chunk."""
+    topology = from_spec("dgx:8x2,nodes-per-leaf=4")
+    spec = _all_reduce(topology)
+    (leaves,) = tree_all_reduce_layouts(topology, [spec], None)
+    assert leaves.groups == (tuple(range(8)), tuple(range(8, 16)))
+    _checked(topology, spec, tree_all_reduce(topology, spec, leaves, random.Random(0)))
+    two_tiers = from_spec("dgx:4x4,rails=2,nodes-per-leaf=2,spines=2")
+    servers_and_leaves = tree_all_reduce_layouts(two_tiers, [_all_reduce(two_tiers)], None)
+    assert [len(layout.groups) for layout in servers_and_leaves] == [4, 2]
+
+
 def test_two_servers_cross_once_at_one_chunk_per_npu():
     """a100-like pair of servers: Reduce-Scatter then All-Gather crosses the network twice
     (1.87x the best bound); reducing in each server and swapping the sums crosses once.
