@@ -15,7 +15,7 @@ import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.linkmodel import CostModel
 from tacos.schedule import Transfer
-from tacos.synthesizer.list_scheduling import Timeline, improved, with_times
+from tacos.synthesizer.list_scheduling import Timeline, improved, refined, settled, with_times
 from tacos.transfers import TransferTable
 
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
@@ -63,6 +63,22 @@ def test_a_forward_pass_is_what_the_replay_gives(topo, kind, rnd):
     replayed = tacos.simulate(tacos.Schedule(topo, spec, timed, {}))
     assert replayed.collective_time_us == times.finish_us
     assert np.array_equal(replayed.start_us, timed.start)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(clusters(), random_topologies(switch=True)),
+    st.sampled_from([AG, RS, AR]),
+    st.randoms(use_true_random=False),
+)
+def test_more_forward_backward_rounds_never_lose_what_they_started_from(topo, kind, rnd):
+    spec = Collective(kind, tuple(topo.npus), 2, 2**20)
+    plan = tacos.synthesize(topo, spec, policy="random", seed=rnd.randrange(100))
+    timeline = Timeline(topo, list(plan.transfers), spec.chunk_bytes)
+    first = timeline.forward([rnd.random() for _ in plan.transfers])
+    assert refined(timeline, first, 0, 1) is first
+    rounds = settled(timeline, [rnd.random() for _ in plan.transfers])
+    assert refined(timeline, rounds, 40, 8).finish_us <= rounds.finish_us
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

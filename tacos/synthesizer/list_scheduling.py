@@ -145,14 +145,22 @@ def settled(timeline: Timeline, first: Sequence[object] | np.ndarray) -> Times:
     """The fastest of a first forward pass by ``first`` and the forward-backward rounds
     after it: each backward pass takes the transfers that ended last first, and the next
     forward pass the transfers by how late they ended in that backward one."""
-    best = forward = timeline.forward(first)
-    idle_rounds = 0
-    for _ in range(FORWARD_BACKWARD_ROUNDS):
+    return refined(
+        timeline, timeline.forward(first), FORWARD_BACKWARD_ROUNDS, SETTLED_AFTER_IDLE_ROUNDS
+    )
+
+
+def refined(timeline: Timeline, forward: Times, rounds: int, idle_rounds: int) -> Times:
+    """The fastest of the forward pass ``forward`` and up to ``rounds`` forward-backward
+    rounds after it (:func:`settled`), stopping once ``idle_rounds`` in a row gained
+    nothing."""
+    best, idle = forward, 0
+    for _ in range(rounds):
         backward = timeline.backward(-forward.end)
         forward = timeline.forward(-backward.end)
         if forward.finish_us < best.finish_us:
-            best, idle_rounds = forward, 0
-        elif (idle_rounds := idle_rounds + 1) == SETTLED_AFTER_IDLE_ROUNDS:
+            best, idle = forward, 0
+        elif (idle := idle + 1) == idle_rounds:
             break
     return best
 
