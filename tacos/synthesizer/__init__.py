@@ -31,7 +31,7 @@ steps follow the greedy:
   from 1.548 to 1.278. One tenant, no ``sends_in_flight``, at most
   :data:`.list_scheduling.MAX_REORDERED_TRANSFERS` transfers.
 * An All-Reduce may instead come from :mod:`.all_reduce_trees` (meshes,
-  clusters of two or four servers) when that is faster still;
+  clusters of two or four servers or leaves) when that is faster still;
   ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
 
 ``algorithm`` picks what is built: ``"tacos"`` (the default of this function),

@@ -14,7 +14,8 @@ owner in one server, then gathered back), which at one chunk per GPU costs
 the two sums crosses once (four servers: twice, but each root sends only two
 sums per chunk).
 
-How, for NPUs split into groups (the whole network, or two or four servers):
+How, for NPUs split into groups (the whole network, or two or four servers, or
+the servers under two or four leaf switches):
 
 1. **Messages.** A message goes from an NPU to an NPU over a direct link or
    through switches only (never through another NPU, which would add itself
@@ -67,7 +68,7 @@ How, for NPUs split into groups (the whole network, or two or four servers):
 The entry point builds this for each layout :func:`tree_all_reduce_layouts`
 offers (groups, and how trees grow) and keeps it only when it beats the
 greedy: on networks of direct links with uneven NPU bandwidth (meshes,
-heterogeneous meshes) both ways, and on two or four servers. Elsewhere
+heterogeneous meshes) both ways, and on two or four servers or leaves. Elsewhere
 Reduce-Scatter then All-Gather is at its bound (tori, rings) or crosses the
 network as little (eight servers would need three rounds of exchange;
 Reduce-Scatter then All-Gather crosses twice).
@@ -147,8 +148,8 @@ def tree_all_reduce_layouts(
 ) -> list[TreeLayout]:
     """The layouts worth building :func:`tree_all_reduce` for (see the module docstring):
     the whole network on direct links with uneven NPU bandwidth, with trees of nearer
-    parents and spanning ones, and the two or four servers of a cluster whose same-place
-    NPUs reach each other through switches."""
+    parents and spanning ones, and the two or four servers (or leaves, :func:`_leaves`)
+    of a cluster whose same-place NPUs reach each other through switches."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
