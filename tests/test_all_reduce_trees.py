@@ -191,6 +191,18 @@ def test_regrown_trees_lighten_the_busiest_link_of_a_heterogeneous_mesh():
     assert tacos.synthesize(topology, spec, seed=0).collective_time_us <= 1.19 * throughput_us
 
 
+def test_polishing_takes_a_heterogeneous_mesh_within_the_issue_target():
+    """hetero 8x4 at 16 chunks per NPU: the first passes' forward-backward rounds settle at
+    1.153x the throughput bound; 40 more rounds, which do not improve steadily, reach
+    1.144x (issue 15 asks 1.15x)."""
+    topology = heterogeneous_mesh(8, 4)
+    spec = _all_reduce(topology, 16)
+    schedule = tacos.synthesize(topology, spec, seed=0)
+    assert schedule.meta["construction"] == "trees"
+    assert tacos.verify(schedule).ok
+    assert schedule.collective_time_us <= 1.15 * tacos.lower_bounds(topology, spec).throughput_us
+
+
 HTSIM = REFERENCE_DIR / "astra-sim/network/htsim/8nodes.topo"
 
 
