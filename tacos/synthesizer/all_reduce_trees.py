@@ -263,7 +263,7 @@ def _timed(
 
 
 def _first_passes(
-    plan: _Trees, groups: Sequence[Sequence[int]], launch: Sequence[int]
+    trees: _Trees, groups: Sequence[Sequence[int]], launch: Sequence[int]
 ) -> list[list[tuple[int, ...]]]:
     """The priorities list scheduling starts from; forward-backward rounds refine each.
 
@@ -280,17 +280,17 @@ def _first_passes(
       against 2.2 s for one).
     """
     by_chunk: list[tuple[int, ...]] = [
-        (launch[p.transfer.chunk], p.phase, -p.rest) for p in plan.transfers
+        (launch[p.transfer.chunk], p.phase, -p.rest) for p in trees.transfers
     ]
     place = {npu: (index, len(group)) for group in groups for index, npu in enumerate(group)}
     turns: dict[tuple[int, int], dict[int, int]] = {}  # (hub, phase) -> launch -> turn
-    for planned in plan.transfers:
+    for planned in trees.transfers:
         turns.setdefault((planned.hub, planned.phase), {})[launch[planned.transfer.chunk]] = 0
     for chunks in turns.values():
         for turn, chunk in enumerate(sorted(chunks)):
             chunks[chunk] = turn
     by_phase: list[tuple[int, ...]] = []
-    for planned in plan.transfers:
+    for planned in trees.transfers:
         chunk, phase = launch[planned.transfer.chunk], planned.phase
         (at, size), (sender_at, _) = place[planned.receiver], place[planned.sender]
         turn = turns[(planned.hub, phase)][chunk]
@@ -528,24 +528,24 @@ class _Plan:
         distances: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
         trees: list[tuple[list[_Planned], list[tuple[int, int]]]] = []
         self.rounds: list[_Trees] = []
-        for rounds in range(1 if spanning else GROWN_ROUNDS):
+        for grown in range(1 if spanning else GROWN_ROUNDS):
             for chunk, owner in enumerate(owners):
                 roots = [group[place[owner][1]] for group in groups]
                 for root, inside in zip(roots, members, strict=True):
                     if root not in distances:
                         distances[root] = routes.distances(root, inside)
-                if rounds:  # rip this chunk's trees up, grow them again among the others'
+                if grown:  # rip this chunk's trees up, grow them again among the others'
                     for planned in trees[chunk][0]:
                         self.load_us[planned.transfer.link] -= routes.link_us[planned.transfer.link]
                 # _message numbers the chunk's transfers from 0, joined below.
                 self.transfers: list[_Planned] = []
                 self.exchanges: list[tuple[int, int]] = []
                 self._add_chunk(chunk, roots, members, distances)
-                if rounds:
+                if grown:
                     trees[chunk] = (self.transfers, self.exchanges)
                 else:
                     trees.append((self.transfers, self.exchanges))
-            self.rounds.append(_joined(trees)._replace(busiest_us=max(self.load_us)))
+            self.rounds.append(_joined(trees, max(self.load_us)))
 
     def _parents(
         self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
@@ -692,7 +692,9 @@ class _Plan:
                 sums_at[root] += arrived[root]
 
 
-def _joined(trees: Sequence[tuple[list[_Planned], list[tuple[int, int]]]]) -> _Trees:
+def _joined(
+    trees: Sequence[tuple[list[_Planned], list[tuple[int, int]]]], busiest_us: float
+) -> _Trees:
     """Every chunk's transfers and exchange pairs, each numbered from 0, as one plan."""
     transfers: list[_Planned] = []
     exchanges: list[tuple[int, int]] = []
@@ -702,7 +704,7 @@ def _joined(trees: Sequence[tuple[list[_Planned], list[tuple[int, int]]]]) -> _T
         transfers += planned
         offsets += [offset] * len(planned)
         exchanges += [(out + offset, into + offset) for out, into in paired]
-    return _Trees(transfers, exchanges, np.array(offsets, np.int64), 0.0)
+    return _Trees(transfers, exchanges, np.array(offsets, np.int64), busiest_us)
 
 
 def _depths(root: int, parent_of: dict[int, int]) -> dict[int, int]:
