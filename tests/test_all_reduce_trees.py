@@ -220,11 +220,9 @@ def test_messages_share_parallel_links_and_the_planes_of_a_fat_tree(chunks):
     carried = [0] * len(topology.links)
     for link in built.link:
         carried[link] += 1
-    switches = [link for link in topology.links if topology.is_switch(link.src)]
-    above = {"rack": (8, 12), "core": (12, 16)}  # the switches' numbers, racks first
-    for low, high in above.values():
-        uplinks = [carried[i] for i, link in enumerate(topology.links) if link in switches
-                   and low <= link.src < high and link.dst >= high]  # fmt: skip
+    for low, high in [(8, 12), (12, 16)]:  # racks' switches, then the aggregation ones
+        uplinks = [carried[i] for i, link in enumerate(topology.links)
+                   if low <= link.src < high and link.dst >= high]  # fmt: skip
         assert len(set(uplinks)) == 1 and uplinks[0] > 0
 
 

@@ -575,26 +575,28 @@ class _Plan:
         distance = {root: 0.0}
         waiting: list[tuple[float, int, int, Reach]] = []
 
-        def cost(parent: int, route: Route) -> float:
-            return self._cheapest(route)[0] + SPANNING_DISTANCE_WEIGHT * distance[parent]
+        def cost(parent: int, route: Route) -> tuple[float, Route]:
+            """The cost of joining by ``route``'s cheapest alternative, and that route."""
+            booked_us, cheapest = self._cheapest(route)
+            return booked_us + SPANNING_DISTANCE_WEIGHT * distance[parent], cheapest
 
         def offer(parent: int) -> None:
             ends = self.routes.out_of(parent, inside) if up else self.routes.into(parent, inside)
             for npu, reach in ends:
                 if npu not in distance:
-                    heapq.heappush(waiting, (cost(parent, reach[1]), npu, parent, reach))
+                    heapq.heappush(waiting, (cost(parent, reach[1])[0], npu, parent, reach))
 
         offer(root)
         while waiting:
             was, npu, parent, (us, route) = heapq.heappop(waiting)
             if npu in distance:
                 continue
-            if (now := cost(parent, route)) > was:
+            now, cheapest = cost(parent, route)
+            if now > was:
                 heapq.heappush(waiting, (now, npu, parent, (us, route)))
                 continue
-            route = self._cheapest(route)[1]
-            self._book(route)
-            chosen[npu] = (parent, route)
+            self._book(cheapest)
+            chosen[npu] = (parent, cheapest)
             distance[npu] = distance[parent] + us
             offer(npu)
         return chosen
