@@ -63,7 +63,6 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
-from tacos.synthesizer.all_reduce_trees import tree_all_reduce, tree_all_reduce_layouts
 from tacos.synthesizer.attempts import (
     Attempt,
     fastest_attempt,
@@ -76,6 +75,7 @@ from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupporte
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.list_scheduling import improved
 from tacos.synthesizer.timing import renumber
+from tacos.synthesizer.trees import tree_collective, tree_layouts
 from tacos.topology import Topology
 from tacos.verify import verify
 
@@ -280,10 +280,10 @@ def _synthesize_tacos(
     )
     construction = "greedy"
     if policy == "rarest":
-        for layout in tree_all_reduce_layouts(topology, tenants.specs, sends_in_flight):
-            overlapped = tree_all_reduce(topology, tenants.specs[0], layout, random.Random(seed))
-            if overlapped is not None and finish_us(overlapped) < finish_us(transfers):
-                transfers, construction, reordered = overlapped, "trees", False
+        for layout in tree_layouts(topology, tenants.specs, sends_in_flight):
+            on_trees = tree_collective(topology, tenants.specs[0], layout, random.Random(seed))
+            if on_trees is not None and finish_us(on_trees) < finish_us(transfers):
+                transfers, construction, reordered = on_trees, "trees", False
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,

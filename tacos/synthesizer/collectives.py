@@ -36,7 +36,7 @@ from tacos.schedule import Op, Transfer
 from tacos.synthesizer.attempts import fastest_attempt, finish_us
 from tacos.synthesizer.greedy import ChunkPolicy, ChunkSource, DeliveryCallback, greedy_spread
 from tacos.synthesizer.ownership import owner_layouts
-from tacos.synthesizer.timing import prune, renumber, retime_asap, shorten_tail
+from tacos.synthesizer.timing import played_backwards, prune, renumber, retime_asap, shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -152,30 +152,7 @@ def _reduce_by_mirroring(
     if sources is None:
         sources = mirror.sources()
     spread = _spread(topology.transposed(), mirror, sources, settings)
-    finish = max(t.end for t in spread)
-    # Played backwards, transfer X waits for the reversals of the transfers that
-    # forwarded what X delivered: they bring the contributions X then passes on.
-    forwarded_by: dict[int, list[int]] = defaultdict(list)
-    for index, t in enumerate(spread):
-        for dep in t.deps:
-            forwarded_by[dep].append(index)
-    backwards = [
-        Transfer(
-            chunk=t.chunk,
-            src=t.dst,
-            dst=t.src,
-            link=t.link,
-            start=finish - t.end,
-            end=finish - t.start,
-            op=Op.COPY if topology.is_switch(t.src) else Op.REDUCE,
-            deps=tuple(forwarded_by[index]),
-        )
-        for index, t in enumerate(spread)
-    ]
-    order = sorted(range(len(backwards)), key=lambda i: (backwards[i].start, backwards[i].link))
-    return retime_asap(
-        renumber(backwards, order), topology, tenants.chunk_bytes, settings.sends_in_flight
-    )
+    return played_backwards(spread, topology, tenants.chunk_bytes, settings.sends_in_flight)
 
 
 def _all_reduce(topology: Topology, tenants: Tenants, settings: Settings) -> list[Transfer]:

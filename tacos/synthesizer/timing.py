@@ -59,6 +59,42 @@ def retime_asap(
     return renumber(retimed, order)
 
 
+def played_backwards(
+    spread: Sequence[Transfer],
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
+) -> list[Transfer]:
+    """A spreading schedule built on ``topology.transposed()``, played backwards on
+    ``topology`` as the reduction it mirrors, re-timed as soon as possible.
+
+    Every transfer is reversed in direction and time, and adds into what its (new)
+    receiver holds, unless that is a switch (which forwards only). Played
+    backwards, transfer X waits for the reversals of the transfers that forwarded
+    what X delivered: they bring the contributions X then passes on.
+    """
+    finish = max((t.end for t in spread), default=0.0)
+    forwarded_by: dict[int, list[int]] = {}
+    for index, t in enumerate(spread):
+        for dep in t.deps:
+            forwarded_by.setdefault(dep, []).append(index)
+    backwards = [
+        Transfer(
+            chunk=t.chunk,
+            src=t.dst,
+            dst=t.src,
+            link=t.link,
+            start=finish - t.end,
+            end=finish - t.start,
+            op=Op.COPY if topology.is_switch(t.src) else Op.REDUCE,
+            deps=tuple(forwarded_by.get(index, ())),
+        )
+        for index, t in enumerate(spread)
+    ]
+    order = sorted(range(len(backwards)), key=lambda i: (backwards[i].start, backwards[i].link))
+    return retime_asap(renumber(backwards, order), topology, chunk_bytes, sends_in_flight)
+
+
 def renumber(transfers: Sequence[Transfer], order: Sequence[int]) -> list[Transfer]:
     """Transfers ``order[0], order[1], ...`` with dependency indices rewritten to match.
 

@@ -16,14 +16,14 @@ import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.linkmodel import CostModel
 from tacos.schedule import Op, Schedule
-from tacos.synthesizer.all_reduce_trees import (
+from tacos.synthesizer.ownership import collective_owners
+from tacos.synthesizer.trees import (
     TreeLayout,
     _Plan,
     _Routes,
-    tree_all_reduce,
-    tree_all_reduce_layouts,
+    tree_collective,
+    tree_layouts,
 )
-from tacos.synthesizer.ownership import collective_owners
 from tacos.topology import from_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -63,7 +63,7 @@ def test_on_any_network_of_direct_links_the_trees_make_a_valid_all_reduce(
     verifies and replays exactly."""
     topology = topology.with_cost(CostModel(link_model))
     spec = _all_reduce(topology, chunks)
-    transfers = tree_all_reduce(topology, spec, _whole(topology, spanning), random.Random(seed))
+    transfers = tree_collective(topology, spec, _whole(topology, spanning), random.Random(seed))
     schedule = _checked(topology, spec, transfers)
     assert schedule.collective_time_us >= tacos.lower_bounds(topology, spec).best_us * (1 - 1e-9)
 
@@ -75,7 +75,7 @@ def test_every_npu_sends_one_partial_sum_and_receives_one_result_per_chunk_it_do
     """One reduction tree and one broadcast tree per chunk: nothing is sent twice."""
     topology = from_spec("mesh2d:4x4")
     spec = _all_reduce(topology, 2)
-    built = tree_all_reduce(topology, spec, _whole(topology, spanning), random.Random(0))
+    built = tree_collective(topology, spec, _whole(topology, spanning), random.Random(0))
     transfers = _checked(topology, spec, built)
     for chunk in range(spec.num_chunks):
         owner = spec.owner(chunk)
@@ -90,28 +90,28 @@ def test_the_same_seed_gives_the_same_schedule():
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 3)
     for layout in (_whole(topology), _whole(topology, spanning=True)):
-        first = tree_all_reduce(topology, spec, layout, random.Random(5))
-        assert list(first) == list(tree_all_reduce(topology, spec, layout, random.Random(5)))
+        first = tree_collective(topology, spec, layout, random.Random(5))
+        assert list(first) == list(tree_collective(topology, spec, layout, random.Random(5)))
 
 
 def test_it_is_tried_for_uneven_direct_links_and_for_two_or_four_servers():
     mesh, torus = from_spec("mesh2d:4x4"), from_spec("torus2d:4x4")
     both = [_whole(mesh), _whole(mesh, spanning=True)]
-    assert tree_all_reduce_layouts(mesh, [_all_reduce(mesh)], None) == both
-    assert tree_all_reduce_layouts(heterogeneous_mesh(4, 4), [_all_reduce(mesh)], None) == both
-    assert tree_all_reduce_layouts(torus, [_all_reduce(torus)], None) == []  # at its bound
-    assert tree_all_reduce_layouts(mesh, [_all_reduce(mesh)], 1) == []  # one-port NPUs
+    assert tree_layouts(mesh, [_all_reduce(mesh)], None) == both
+    assert tree_layouts(heterogeneous_mesh(4, 4), [_all_reduce(mesh)], None) == both
+    assert tree_layouts(torus, [_all_reduce(torus)], None) == []  # at its bound
+    assert tree_layouts(mesh, [_all_reduce(mesh)], 1) == []  # one-port NPUs
     gather = Collective(CollectiveKind.ALL_GATHER, tuple(mesh.npus))
-    assert tree_all_reduce_layouts(mesh, [gather], None) == []
-    assert tree_all_reduce_layouts(mesh, [Collective(AR, (0, 1, 2, 3))], None) == []
+    assert tree_layouts(mesh, [gather], None) == []
+    assert tree_layouts(mesh, [Collective(AR, (0, 1, 2, 3))], None) == []
     two = from_spec("dgx:2x4")
     servers = TreeLayout(((0, 1, 2, 3), (4, 5, 6, 7)))
-    assert tree_all_reduce_layouts(two, [_all_reduce(two)], None) == [servers]
+    assert tree_layouts(two, [_all_reduce(two)], None) == [servers]
     four = from_spec("dgx:4x4")  # recursive doubling: two sums per root and chunk
-    assert len(tree_all_reduce_layouts(four, [_all_reduce(four)], None)[0].groups) == 4
+    assert len(tree_layouts(four, [_all_reduce(four)], None)[0].groups) == 4
     three, eight = from_spec("dgx:3x4"), from_spec("dgx:8x2")
-    assert tree_all_reduce_layouts(three, [_all_reduce(three)], None) == []
-    assert tree_all_reduce_layouts(eight, [_all_reduce(eight)], None) == []
+    assert tree_layouts(three, [_all_reduce(three)], None) == []
+    assert tree_layouts(eight, [_all_reduce(eight)], None) == []
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -121,8 +121,8 @@ def test_servers_reduce_apart_exchange_their_sums_and_the_result_verifies(topolo
     doubling (each sends before the round's sum arrives in it, or the attempt is
     dropped)."""
     spec = _all_reduce(topology, chunks)
-    for layout in tree_all_reduce_layouts(topology, [spec], None):  # none if speeds hide them
-        transfers = tree_all_reduce(topology, spec, layout, random.Random(seed))
+    for layout in tree_layouts(topology, [spec], None):  # none if speeds hide them
+        transfers = tree_collective(topology, spec, layout, random.Random(seed))
         if transfers is not None:
             _checked(topology, spec, transfers)
 
@@ -133,11 +133,11 @@ def test_servers_under_one_leaf_reduce_together_and_the_leaves_swap_sums():
     groups swap sums over the spine once per chunk."""
     topology = from_spec("dgx:8x2,nodes-per-leaf=4")
     spec = _all_reduce(topology)
-    (leaves,) = tree_all_reduce_layouts(topology, [spec], None)
+    (leaves,) = tree_layouts(topology, [spec], None)
     assert leaves.groups == (tuple(range(8)), tuple(range(8, 16)))
-    _checked(topology, spec, tree_all_reduce(topology, spec, leaves, random.Random(0)))
+    _checked(topology, spec, tree_collective(topology, spec, leaves, random.Random(0)))
     two_tiers = from_spec("dgx:4x4,rails=2,nodes-per-leaf=2,spines=2")
-    servers_and_leaves = tree_all_reduce_layouts(two_tiers, [_all_reduce(two_tiers)], None)
+    servers_and_leaves = tree_layouts(two_tiers, [_all_reduce(two_tiers)], None)
     assert [len(layout.groups) for layout in servers_and_leaves] == [4, 2]
 
 
@@ -164,7 +164,7 @@ def test_spanning_trees_load_a_heterogeneous_mesh_as_evenly_as_the_bound_allows(
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 16)
     bounds = tacos.lower_bounds(topology, spec)
-    built = tree_all_reduce(topology, spec, _whole(topology, spanning=True), random.Random(0))
+    built = tree_collective(topology, spec, _whole(topology, spanning=True), random.Random(0))
     busy_us = [0.0] * len(topology.links)
     for link, start, end in zip(built.link, built.start, built.end, strict=True):
         busy_us[link] += end - start
@@ -214,8 +214,8 @@ def test_messages_share_parallel_links_and_the_planes_of_a_fat_tree(chunks):
     where one aggregation switch per pod used to carry them all."""
     topology = tacos.load_topology(HTSIM)
     spec = _all_reduce(topology, chunks)
-    (pods,) = tree_all_reduce_layouts(topology, [spec], None)
-    built = tree_all_reduce(topology, spec, pods, random.Random(0))
+    (pods,) = tree_layouts(topology, [spec], None)
+    built = tree_collective(topology, spec, pods, random.Random(0))
     _checked(topology, spec, built)
     carried = [0] * len(topology.links)
     for link in built.link:

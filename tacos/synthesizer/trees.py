@@ -90,12 +90,19 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.schedule import Op, Transfer
 from tacos.synthesizer.list_scheduling import Timeline, refined, replayed, settled, with_times
 from tacos.synthesizer.ownership import collective_owners
+from tacos.synthesizer.timing import played_backwards
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
 MAX_TREE_TRANSFERS = 300_000
 """Larger All-Reduces are not tried this way (mesh2d:8x8 at 16 chunks per NPU, 129,024
 transfers, takes about 3 s against the greedy's 0.2 s; building the trees is most of it)."""
+MAX_GATHER_TREE_TRANSFERS = 50_000
+"""Larger All-Gathers and Reduce-Scatters are not tried this way (fat-tree:8, 128 hosts,
+at one chunk per NPU: about 48,000 transfers, 3 s against the greedy's 0.7 s; the
+greedy is within 6% of the bound there, and at four chunks the trees took 12 s)."""
+TREE_KINDS = (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+"""The collectives built on trees: Reduce-Scatter as the All-Gather's mirror."""
 EXCHANGING_GROUPS = (2, 4)
 """Servers are reduced apart and exchange their sums by recursive doubling when there
 are two or four: each root sends one or two sums per chunk. With eight it would cross
@@ -148,36 +155,41 @@ class TreeLayout(NamedTuple):
     spanning: bool = False
 
 
-def tree_all_reduce_layouts(
+def tree_layouts(
     topology: Topology, specs: Sequence[Collective], sends_in_flight: int | None
 ) -> list[TreeLayout]:
-    """The layouts worth building :func:`tree_all_reduce` for (see the module docstring):
-    the whole network on direct links with uneven NPU bandwidth, with trees of nearer
-    parents and spanning ones, and the two or four servers (or leaves, :func:`_leaves`)
-    of a cluster whose same-place NPUs reach each other through switches."""
+    """The layouts worth building :func:`tree_collective` for (see the module docstring):
+    for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
+    trees of nearer parents and spanning ones, and the two or four servers (or leaves,
+    :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
+    switches; for All-Gather and Reduce-Scatter, a cluster's servers and its leaves."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
-    if spec.kind is not CollectiveKind.ALL_REDUCE or len(spec.ranks) != topology.num_npus:
+    if spec.kind not in TREE_KINDS or len(spec.ranks) != topology.num_npus:
+        return []
+    reduces = spec.kind is CollectiveKind.ALL_REDUCE
+    most = MAX_TREE_TRANSFERS if reduces else MAX_GATHER_TREE_TRANSFERS
+    if spec.num_chunks * (topology.num_npus - 1) > most:  # every layout makes more
         return []
     layouts: list[TreeLayout] = []
     in_bandwidth = {
         sum(topology.links[i].bandwidth_GBps for i in topology.in_links[npu])
         for npu in topology.npus
     }
-    if not topology.num_switches and len(in_bandwidth) > 1:
+    if reduces and not topology.num_switches and len(in_bandwidth) > 1:
         whole = (tuple(topology.npus),)
         layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
     routes = _Routes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
     for groups in (servers, _leaves(routes, servers)):
-        if groups is not None and len(groups) in EXCHANGING_GROUPS:
+        if groups is not None and (not reduces or len(groups) in EXCHANGING_GROUPS):
             layouts.append(TreeLayout(tuple(tuple(group) for group in groups)))
     return [
         layout for layout in layouts
-        if _transfers(layout.groups, spec.num_chunks, 1) <= MAX_TREE_TRANSFERS
+        if _transfers(layout.groups, spec, 1) <= most
         and routes.connect(layout.groups)
-        and _transfers(layout.groups, spec.num_chunks, routes.longest_hops) <= MAX_TREE_TRANSFERS
+        and _transfers(layout.groups, spec, routes.longest_hops) <= most
     ]  # fmt: skip
 
 
@@ -210,22 +222,32 @@ def _leaves(routes: _Routes, servers: list[list[int]] | None) -> list[list[int]]
     return leaves
 
 
-def _transfers(groups: Sequence[Sequence[int]], chunks: int, hops: int) -> int:
+def _transfers(groups: Sequence[Sequence[int]], spec: Collective, hops: int) -> int:
     """How many transfers the plan makes at most, messages of at most ``hops`` links: per
-    chunk, one up and one down per NPU but the roots, and each root's exchange rounds."""
+    chunk, one into every NPU but the owner, and for All-Reduce one out of every NPU but
+    the roots and each root's exchange rounds."""
     npus, roots = sum(len(group) for group in groups), len(groups)
+    if spec.kind is not CollectiveKind.ALL_REDUCE:
+        return spec.num_chunks * (npus - 1) * hops
     exchanged = roots * (roots - 1).bit_length()
-    return chunks * (2 * (npus - roots) + exchanged) * hops
+    return spec.num_chunks * (2 * (npus - roots) + exchanged) * hops
 
 
-def tree_all_reduce(
+def tree_collective(
     topology: Topology, spec: Collective, layout: TreeLayout, rng: random.Random
-) -> TransferTable | None:
-    """The All-Reduce of the module docstring, re-timed as soon as possible; None when
-    some root would send its partial sum after another root's had been added to it.
-    Transfers are sorted by (start, link), dependencies before dependants."""
+) -> TransferTable | list[Transfer] | None:
+    """The collective of the module docstring, re-timed as soon as possible; None when
+    some root of an All-Reduce would send its partial sum after another root's had been
+    added to it. Transfers are sorted by (start, link), dependencies before dependants."""
+    if spec.kind is CollectiveKind.REDUCE_SCATTER:
+        gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
+        spread = tree_collective(topology.transposed(), gather, layout, rng)
+        assert isinstance(spread, TransferTable)
+        return played_backwards(list(spread), topology, spec.chunk_bytes)
     owners = collective_owners(spec).tolist()
-    plan = _Plan(_Routes(topology, spec.chunk_bytes), layout.groups, owners, layout.spanning)
+    reduces = spec.kind is CollectiveKind.ALL_REDUCE
+    routes = _Routes(topology, spec.chunk_bytes)
+    plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces)
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
     lighter = REGROWN_IF_BUSIEST_BELOW * first.busiest_us
@@ -283,6 +305,7 @@ def _first_passes(
         (launch[p.transfer.chunk], p.phase, -p.rest) for p in trees.transfers
     ]
     place = {npu: (index, len(group)) for group in groups for index, npu in enumerate(group)}
+    group_place = {npu: (index, len(groups)) for index, group in enumerate(groups) for npu in group}
     turns: dict[tuple[int, int], dict[int, int]] = {}  # (hub, phase) -> launch -> turn
     for planned in trees.transfers:
         turns.setdefault((planned.hub, planned.phase), {})[launch[planned.transfer.chunk]] = 0
@@ -292,7 +315,8 @@ def _first_passes(
     by_phase: list[tuple[int, ...]] = []
     for planned in trees.transfers:
         chunk, phase = launch[planned.transfer.chunk], planned.phase
-        (at, size), (sender_at, _) = place[planned.receiver], place[planned.sender]
+        where = group_place if phase == EXCHANGING else place
+        (at, size), (sender_at, _) = where[planned.receiver], where[planned.sender]
         turn = turns[(planned.hub, phase)][chunk]
         by_phase.append((phase, turn, (at - sender_at) % size, -planned.rest))
     return [by_chunk, by_phase]
@@ -511,7 +535,8 @@ class _Trees(NamedTuple):
 class _Plan:
     """Trees grown for every chunk, link loads booked as they grow: ``rounds`` holds them
     as first grown, then (nearer parents) as regrown (:data:`GROWN_ROUNDS`). While a
-    chunk's trees grow, ``transfers`` and ``exchanges`` collect them, numbered from 0."""
+    chunk's trees grow, ``transfers`` and ``exchanges`` collect them, numbered from 0.
+    ``reduces``: an All-Reduce; else an All-Gather (broadcast trees only)."""
 
     def __init__(
         self,
@@ -519,9 +544,11 @@ class _Plan:
         groups: Sequence[Sequence[int]],
         owners: Sequence[int],
         spanning: bool,
+        reduces: bool = True,
     ) -> None:
         self.routes = routes
         self.spanning = spanning
+        self.reduces = reduces
         self.load_us = [0.0] * len(routes.topology.links)
         place = {npu: (g, i) for g, group in enumerate(groups) for i, npu in enumerate(group)}
         members = [frozenset(group) for group in groups]
@@ -540,7 +567,7 @@ class _Plan:
                 # _message numbers the chunk's transfers from 0, joined below.
                 self.transfers: list[_Planned] = []
                 self.exchanges: list[tuple[int, int]] = []
-                self._add_chunk(chunk, roots, members, distances)
+                self._add_chunk(chunk, owner, roots, members, distances)
                 if grown:
                     trees[chunk] = (self.transfers, self.exchanges)
                 else:
@@ -624,44 +651,85 @@ class _Plan:
     def _add_chunk(
         self,
         chunk: int,
+        owner: int,
         roots: Sequence[int],
         members: Sequence[frozenset[int]],
         distances: dict[int, tuple[dict[int, float], dict[int, float]]],
     ) -> None:
-        """Reduce into every group's root, exchange the roots' sums, broadcast from each root."""
-        sums_at: dict[int, list[int]] = {}  # root -> last hops that add into it
-        broadcasts = []
-        rounds = (len(roots) - 1).bit_length()  # recursive doubling among the roots
+        """All-Reduce: reduce into every group's root, exchange the roots' sums. All-Gather:
+        the owner sends the chunk to every other group's root. Then broadcast from each."""
+        ups, downs = [], []
         for root, inside in zip(roots, members, strict=True):
             from_root, to_root = distances[root]
-            if self.spanning:
-                up = self._spanning(root, inside, up=True)
-                down = self._spanning(root, inside, up=False)
-            else:
-                up = self._parents(root, inside, to_root, up=True)
-                down = self._parents(root, inside, from_root, up=False)
-            below = _heights(root, {npu: parent for npu, (parent, _) in down.items()})
-            to_go = _depths(root, {npu: parent for npu, (parent, _) in up.items()})
+            ups.append(self._tree(root, inside, to_root, up=True) if self.reduces else {})
+            downs.append(self._tree(root, inside, from_root, up=False))
+        below = [_heights(root, _parent_of(down)) for root, down in zip(roots, downs, strict=True)]
+        if self.reduces:
+            sums_at = self._reduce(chunk, roots, ups, below)
+            self._exchange(
+                chunk, roots, sums_at, [b[root] for root, b in zip(roots, below, strict=True)]
+            )
+        else:
+            sums_at = self._to_roots(chunk, owner, roots, below)
+        for root, down, heights in zip(roots, downs, below, strict=True):
+            got = {root: tuple(sums_at[root])}
+            depth = _depths(root, _parent_of(down))
+            for npu in sorted(down, key=lambda n: (depth[n], n)):  # parents before children
+                parent, route = down[npu]
+                _, last = self._message(
+                    chunk, route, Op.COPY, got[parent], BROADCASTING, 1 + heights[npu]
+                )
+                got[npu] = (last,)
+
+    def _tree(
+        self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
+    ) -> dict[int, tuple[int, Route]]:
+        """A group's reduction (``up``) or broadcast tree: each NPU's parent and route."""
+        if self.spanning:
+            return self._spanning(root, inside, up)
+        return self._parents(root, inside, distance, up)
+
+    def _reduce(
+        self,
+        chunk: int,
+        roots: Sequence[int],
+        ups: Sequence[dict[int, tuple[int, Route]]],
+        below: Sequence[dict[int, int]],
+    ) -> dict[int, list[int]]:
+        """The messages of every group's reduction tree; per root, the last hops that add
+        into it."""
+        sums_at: dict[int, list[int]] = {}
+        rounds = (len(roots) - 1).bit_length()  # recursive doubling among the roots
+        for root, up, heights in zip(roots, ups, below, strict=True):
+            to_go = _depths(root, _parent_of(up))
             into: dict[int, list[int]] = {}
             for npu in sorted(up, key=lambda n: (-to_go[n], n)):  # children before parents
                 parent, route = up[npu]
-                rest = to_go[npu] + rounds + below[root]
+                rest = to_go[npu] + rounds + heights[root]
                 _, last = self._message(
                     chunk, route, Op.REDUCE, tuple(into.get(npu, ())), REDUCING, rest
                 )
                 into.setdefault(parent, []).append(last)
             sums_at[root] = into.get(root, [])
-            broadcasts.append((root, down, below))
-        self._exchange(chunk, roots, sums_at, [below[root] for root, _, below in broadcasts])
-        for root, down, below in broadcasts:
-            got = {root: tuple(sums_at[root])}
-            depth = _depths(root, {npu: parent for npu, (parent, _) in down.items()})
-            for npu in sorted(down, key=lambda n: (depth[n], n)):  # parents before children
-                parent, route = down[npu]
-                _, last = self._message(
-                    chunk, route, Op.COPY, got[parent], BROADCASTING, 1 + below[npu]
-                )
-                got[npu] = (last,)
+        return sums_at
+
+    def _to_roots(
+        self, chunk: int, owner: int, roots: Sequence[int], below: Sequence[dict[int, int]]
+    ) -> dict[int, list[int]]:
+        """All-Gather: the owner (its own group's root) sends the chunk straight to every
+        other root, by the least-loaded of its fastest routes; per root, the hop that
+        brings it. Relaying through nearer roots instead lengthens the path a chunk
+        takes across the network (rails over two leaves at one chunk per GPU: 1.485
+        against 1.281 of the best bound)."""
+        got: dict[int, list[int]] = {owner: []}
+        for root, heights in zip(roots, below, strict=True):
+            if root != owner:
+                route = self._cheapest(self.routes.from_npu(owner)[root][1])[1]
+                self._book(route)
+                rest = 1 + heights[root]
+                _, last = self._message(chunk, route, Op.COPY, (), EXCHANGING, rest)
+                got[root] = [last]
+        return got
 
     def _exchange(
         self,
@@ -707,6 +775,11 @@ def _joined(
         offsets += [offset] * len(planned)
         exchanges += [(out + offset, into + offset) for out, into in paired]
     return _Trees(transfers, exchanges, np.array(offsets, np.int64), busiest_us)
+
+
+def _parent_of(tree: dict[int, tuple[int, Route]]) -> dict[int, int]:
+    """Each NPU's parent in a tree given as each one's (parent, route)."""
+    return {npu: parent for npu, (parent, _) in tree.items()}
 
 
 def _depths(root: int, parent_of: dict[int, int]) -> dict[int, int]:
