@@ -584,7 +584,7 @@ def _winner(meta: dict[str, Any]) -> str:
     if meta.get("variant") not in (None, name):
         name += f" ({meta['variant']})"
     if name == "tacos" and meta.get("construction") == "trees":
-        name += " (trees)"  # an All-Reduce from tacos.synthesizer.all_reduce_trees
+        name += " (trees)"  # from tacos.synthesizer.trees
     built = meta.get("candidates_us")
     if built is None:
         return f"algorithm {name}"

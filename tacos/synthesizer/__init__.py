@@ -30,8 +30,9 @@ steps follow the greedy:
   1.091 to 1.033 of its bound, and htsim's 8-host tree at one chunk per NPU
   from 1.548 to 1.278. One tenant, no ``sends_in_flight``, at most
   :data:`.list_scheduling.MAX_REORDERED_TRANSFERS` transfers.
-* An All-Reduce may instead come from :mod:`.all_reduce_trees` (meshes,
-  clusters of two or four servers or leaves) when that is faster still;
+* An All-Reduce may instead come from :mod:`.trees` (meshes, clusters of two
+  or four servers or leaves), and an All-Gather or Reduce-Scatter on a
+  cluster's servers or leaves, when that is faster still;
   ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
 
 ``algorithm`` picks what is built: ``"tacos"`` (the default of this function),

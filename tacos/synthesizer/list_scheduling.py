@@ -11,7 +11,7 @@ model; the pipelined one breaks ties by when messages entered the fabric, so
 there the replay has the last word). Scheduling the
 reversed dependency graph by rank gives a backward schedule, whose end times
 make good priorities for the next forward pass (forward-backward improvement,
-as for resource-constrained project scheduling). :mod:`.all_reduce_trees` runs
+as for resource-constrained project scheduling). :mod:`.trees` runs
 it on its trees; :func:`improved` on any schedule.
 
 The loop is compiled: each link's ready transfers sit in a binary heap of ranks
@@ -208,7 +208,7 @@ def improved(
     transfer still waits for the ones it depends on, so whatever the schedule
     delivered or reduced it still does. (A plan whose correctness also rests on an
     order the dependencies do not state, such as the exchange of
-    :mod:`.all_reduce_trees`, must not come here.)
+    :mod:`.trees`, must not come here.)
     """
     table = (
         transfers

@@ -1,4 +1,5 @@
-"""All-Reduce on one reduction tree and one broadcast tree per chunk, the two overlapped.
+"""Collectives on trees per chunk: All-Reduce on one reduction tree and one broadcast tree,
+the two overlapped; All-Gather on broadcast trees; Reduce-Scatter as that All-Gather's mirror.
 
 Why: the greedy builds All-Reduce as Reduce-Scatter, then All-Gather. Where
 NPUs differ in bandwidth, that order has a floor above the link-capacity bound:
@@ -14,8 +15,22 @@ owner in one server, then gathered back), which at one chunk per GPU costs
 the two sums crosses once (four servers: twice, but each root sends only two
 sums per chunk).
 
+All-Gather on a cluster: the greedy sends a chunk into a server over whichever
+NIC is free when it looks, ties at random, so at one chunk per GPU some NICs
+bring a server eight chunks where others bring six (rails over two leaves:
+1.343x the best bound at seed 0, 1.281x at seeds 1-3). Sending every chunk
+from its owner straight to the NPU at the owner's place in every other server
+(its rail-mate), which broadcasts it inside, gives every NIC the same share by
+construction: 1.281x, and 1.000x on two xgmi servers at four chunks per GPU
+(the greedy: 1.159x). Reduce-Scatter is that All-Gather built on the
+transposed network and played backwards
+(:func:`~tacos.synthesizer.timing.played_backwards`, as the greedy builds it),
+which kept its time exactly where measured; list-scheduling reduction trees
+directly was slower (rails: 1.485x).
+
 How, for NPUs split into groups (the whole network, or two or four servers, or
-the servers under two or four leaf switches):
+the servers under two or four leaf switches; for All-Gather any number of
+servers or leaves):
 
 1. **Messages.** A message goes from an NPU to an NPU over a direct link or
    through switches only (never through another NPU, which would add itself
@@ -48,9 +63,12 @@ the servers under two or four leaf switches):
    Trees of nearer parents are then grown again, each chunk's among all the
    others' (:data:`GROWN_ROUNDS`), and both are scheduled where that lightens
    the busiest link enough (:data:`REGROWN_IF_BUSIEST_BELOW`).
-3. **Exchange.** With two groups, each root sends the other its group's sum,
-   which is added in on arrival; with four, recursive doubling (two such
-   rounds, between roots whose group indices differ in one bit). A root must
+3. **Exchange.** All-Gather: the owner of a chunk sends it to every other
+   group's root, each by the least-loaded of its fastest routes, before the
+   roots broadcast it. All-Reduce: with two groups, each root sends the other
+   its group's sum, which is added in on arrival; with four, recursive
+   doubling (two such rounds, between roots whose group indices differ in one
+   bit). A root must
    send what it has summed before that round's sum has been added to it (else
    the other counts itself twice); a schedule where that fails is dropped.
 4. **Order.** Chunks are launched round-robin over their owners (owners in a
@@ -65,13 +83,14 @@ the servers under two or four leaf switches):
    backward schedule (the latest start time first). The fastest forward pass
    gets more rounds (:data:`POLISHING_ROUNDS`) and is re-timed by the replay.
 
-The entry point builds this for each layout :func:`tree_all_reduce_layouts`
-offers (groups, and how trees grow) and keeps it only when it beats the
-greedy: on networks of direct links with uneven NPU bandwidth (meshes,
-heterogeneous meshes) both ways, and on two or four servers or leaves. Elsewhere
+The entry point builds this for each layout :func:`tree_layouts` offers
+(groups, and how trees grow) and keeps it only when it beats the greedy. All-Reduce:
+on networks of direct links with uneven NPU bandwidth (meshes, heterogeneous
+meshes) both ways, and on two or four servers or leaves. Elsewhere
 Reduce-Scatter then All-Gather is at its bound (tori, rings) or crosses the
 network as little (eight servers would need three rounds of exchange;
-Reduce-Scatter then All-Gather crosses twice).
+Reduce-Scatter then All-Gather crosses twice). All-Gather and Reduce-Scatter: on
+any number of servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`.
 """
 
 from __future__ import annotations
@@ -294,7 +313,9 @@ def _first_passes(
     * Phase by phase, as a crossbar scheduler would: every NPU that collects
       partial sums (or hands out results) takes its chunks in launch order, and
       the members of a group send to (or receive from) it in a rotation by their
-      place, so no two hit one NPU at once. Inside a server behind one switch
+      place, so no two hit one NPU at once (in the exchange, the groups take
+      turns likewise: rails over two leaves' All-Gather at one chunk per GPU
+      1.587 -> 1.281x the best bound). Inside a server behind one switch
       the chunk order leaves the switch's links to one NPU idle while others
       queue (a100-2node at one chunk per GPU: 1.386 of the old best bound, 1.309
       so). It wins on some meshes too (hetero 4x4 at 1 and 4 chunks per NPU,
