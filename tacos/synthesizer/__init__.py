@@ -31,7 +31,7 @@ steps follow the greedy:
   from 1.548 to 1.278. One tenant, no ``sends_in_flight``, at most
   :data:`.list_scheduling.MAX_REORDERED_TRANSFERS` transfers.
 * An All-Reduce may instead come from :mod:`.trees` (meshes, clusters of two
-  or four servers or leaves), and an All-Gather or Reduce-Scatter on a
+  to four servers or leaves), and an All-Gather or Reduce-Scatter on a
   cluster's servers or leaves, when that is faster still;
   ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
 

@@ -28,8 +28,8 @@ transposed network and played backwards
 which kept its time exactly where measured; list-scheduling reduction trees
 directly was slower (rails: 1.485x).
 
-How, for NPUs split into groups (the whole network, or two or four servers, or
-the servers under two or four leaf switches; for All-Gather any number of
+How, for NPUs split into groups (the whole network, or two to four servers, or
+the servers under two to four leaf switches; for All-Gather any number of
 servers or leaves):
 
 1. **Messages.** A message goes from an NPU to an NPU over a direct link or
@@ -66,9 +66,9 @@ servers or leaves):
 3. **Exchange.** All-Gather: the owner of a chunk sends it to every other
    group's root, each by the least-loaded of its fastest routes, before the
    roots broadcast it. All-Reduce: with two groups, each root sends the other
-   its group's sum, which is added in on arrival; with four, recursive
-   doubling (two such rounds, between roots whose group indices differ in one
-   bit). A root must
+   its group's sum, which is added in on arrival; with three, every root
+   sends it to both others at once; with four, recursive doubling (two such
+   rounds, between roots whose group indices differ in one bit). A root must
    send what it has summed before that round's sum has been added to it (else
    the other counts itself twice); a schedule where that fails is dropped.
 4. **Order.** Chunks are launched round-robin over their owners (owners in a
@@ -86,7 +86,7 @@ servers or leaves):
 The entry point builds this for each layout :func:`tree_layouts` offers
 (groups, and how trees grow) and keeps it only when it beats the greedy. All-Reduce:
 on networks of direct links with uneven NPU bandwidth (meshes, heterogeneous
-meshes) both ways, and on two or four servers or leaves. Elsewhere
+meshes) both ways, and on two to four servers or leaves. Elsewhere
 Reduce-Scatter then All-Gather is at its bound (tori, rings) or crosses the
 network as little (eight servers would need three rounds of exchange;
 Reduce-Scatter then All-Gather crosses twice). All-Gather and Reduce-Scatter: on
@@ -122,12 +122,13 @@ at one chunk per NPU: about 48,000 transfers, 3 s against the greedy's 0.7 s; th
 greedy is within 6% of the bound there, and at four chunks the trees took 12 s)."""
 TREE_KINDS = (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
 """The collectives built on trees: Reduce-Scatter as the All-Gather's mirror."""
-EXCHANGING_GROUPS = (2, 4)
-"""Servers are reduced apart and exchange their sums by recursive doubling when there
-are two or four: each root sends one or two sums per chunk. With eight it would cross
-the network three times, where Reduce-Scatter then All-Gather crosses twice; an
-exchange of every root with every other measured 2.26x the best bound on dgx:4x8 at one
-chunk per NPU (the greedy: 1.54x)."""
+EXCHANGING_GROUPS = (2, 3, 4)
+"""Servers are reduced apart and exchange their sums when there are two to four: each
+root sends one or two sums per chunk (three: to both others at once, dgx:3x8 at one
+chunk per GPU 1.801 -> 1.629 of the best bound; four: by recursive doubling). With
+eight it would cross the network three times, where Reduce-Scatter then All-Gather
+crosses twice; an exchange of every root with every other measured 2.26x the best bound
+on dgx:4x8 at one chunk per NPU (the greedy: 1.54x)."""
 SPANNING_DISTANCE_WEIGHT = 0.5
 """In spanning trees, what a microsecond of the new parent's distance from the root weighs
 against a microsecond of link time booked: 0 grows the cheapest tree, 1 about a
@@ -167,7 +168,7 @@ Reach = tuple[float, Route]
 
 
 class TreeLayout(NamedTuple):
-    """What :func:`tree_all_reduce` builds on: the groups of NPUs, and whether the trees
+    """What :func:`tree_collective` builds on: the groups of NPUs, and whether the trees
     grow spanning (else by nearer parents; module docstring)."""
 
     groups: tuple[tuple[int, ...], ...]
@@ -179,7 +180,7 @@ def tree_layouts(
 ) -> list[TreeLayout]:
     """The layouts worth building :func:`tree_collective` for (see the module docstring):
     for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
-    trees of nearer parents and spanning ones, and the two or four servers (or leaves,
+    trees of nearer parents and spanning ones, and the two to four servers (or leaves,
     :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
     switches; for All-Gather and Reduce-Scatter, a cluster's servers and its leaves."""
     if len(specs) != 1 or sends_in_flight is not None:
@@ -248,7 +249,7 @@ def _transfers(groups: Sequence[Sequence[int]], spec: Collective, hops: int) -> 
     npus, roots = sum(len(group) for group in groups), len(groups)
     if spec.kind is not CollectiveKind.ALL_REDUCE:
         return spec.num_chunks * (npus - 1) * hops
-    exchanged = roots * (roots - 1).bit_length()
+    exchanged = sum(len(pairs) for pairs in _exchange_rounds(roots))
     return spec.num_chunks * (2 * (npus - roots) + exchanged) * hops
 
 
@@ -720,7 +721,7 @@ class _Plan:
         """The messages of every group's reduction tree; per root, the last hops that add
         into it."""
         sums_at: dict[int, list[int]] = {}
-        rounds = (len(roots) - 1).bit_length()  # recursive doubling among the roots
+        rounds = len(_exchange_rounds(len(roots)))
         for root, up, heights in zip(roots, ups, below, strict=True):
             to_go = _depths(root, _parent_of(up))
             into: dict[int, list[int]] = {}
@@ -759,28 +760,37 @@ class _Plan:
         sums_at: dict[int, list[int]],
         broadcast_depth: Sequence[int],
     ) -> None:
-        """Recursive doubling among the roots: in round ``r`` each root sends what it has
-        summed so far to the root whose index differs in bit ``r``, which adds it in.
-        A root's send must leave before that round's sum arrives in it (checked after
-        re-timing, :attr:`exchanges`)."""
-        rounds = (len(roots) - 1).bit_length()
-        for step in range(rounds):
-            sent: dict[int, int] = {}
+        """The roots' exchange rounds (:func:`_exchange_rounds`): in each, every root sends
+        what it has summed so far to its peers of the round, which add it in. A root's
+        sends must leave before that round's sums arrive in it (checked after re-timing,
+        :attr:`exchanges`)."""
+        rounds = _exchange_rounds(len(roots))
+        for step, pairs in enumerate(rounds):
+            sent: dict[int, list[int]] = {root: [] for root in roots}
             arrived: dict[int, list[int]] = {root: [] for root in roots}
-            for index, root in enumerate(roots):
-                peer_index = index ^ (1 << step)
-                peer = roots[peer_index]
+            for index, peer_index in pairs:
+                root, peer = roots[index], roots[peer_index]
                 route = self._cheapest(self.routes.from_npu(root)[peer][1])[1]
                 self._book(route)
-                rest = rounds - step + broadcast_depth[peer_index]
+                rest = len(rounds) - step + broadcast_depth[peer_index]
                 first, last = self._message(
                     chunk, route, Op.REDUCE, tuple(sums_at[root]), EXCHANGING, rest
                 )
-                sent[root] = first
+                sent[root].append(first)
                 arrived[peer].append(last)
             for root in roots:
-                self.exchanges += [(sent[root], into) for into in arrived[root]]
+                self.exchanges += [(out, into) for out in sent[root] for into in arrived[root]]
                 sums_at[root] += arrived[root]
+
+
+def _exchange_rounds(count: int) -> list[list[tuple[int, int]]]:
+    """Per round of the roots' exchange, the (sender, receiver) pairs of root indices:
+    recursive doubling for a power of two (in round ``r``, the roots whose indices
+    differ in bit ``r``), else one round of every root to every other."""
+    if count & (count - 1) == 0:
+        return [[(index, index ^ (1 << step)) for index in range(count)]
+                for step in range((count - 1).bit_length())]  # fmt: skip
+    return [[(index, peer) for index in range(count) for peer in range(count) if peer != index]]
 
 
 def _joined(
