@@ -34,7 +34,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.output import atomic_file
 from tacos.schedule import Schedule
-from tacos.synthesizer import fastest_greedy
+from tacos.synthesizer import fastest_construction
 from tacos.synthesizer.collectives import Tenants
 from tacos.synthesizer.fast import Block, Sources, fast_unsupported, spread_blocks, spread_table
 from tacos.synthesizer.greedy import ChunkPolicy
@@ -105,7 +105,7 @@ def stream_all_gather(
     count, late, finish = 0, 0, 0.0
     with atomic_file(path) as out:
         out.write(b" " * offset)
-        for block in _blocks(topology, collective, random.Random(seed), policy, on_delivery):
+        for block in _blocks(topology, collective, seed, policy, on_delivery):
             records = np.empty(len(block.chunk), RECORD)
             records["chunk"], records["link"], records["start"] = (
                 block.chunk,
@@ -135,7 +135,7 @@ def stream_all_gather(
 def _blocks(
     topology: Topology,
     collective: Collective,
-    rng: random.Random,
+    seed: int,
     policy: ChunkPolicy,
     on_delivery: Callable[[int], None],
 ) -> Iterator[Block]:
@@ -145,15 +145,16 @@ def _blocks(
     reordering (:data:`.MAX_REORDERED_TRANSFERS`, a bound on its transfers as it
     has at least one per delivery), both of which change start times and so the
     order, is made whole by what ``tacos.synthesize`` runs
-    (:func:`~tacos.synthesizer.fastest_greedy`: every attempt, links reordered
-    when that is faster), and given as one block.
+    (:func:`~tacos.synthesizer.fastest_construction`: every attempt, links
+    reordered when that is faster, or trees where they are faster still), and
+    given as one block.
     """
     deliveries = (topology.num_npus - 1) * collective.num_chunks
     if deliveries <= max(MAX_TAIL_TRANSFERS, MAX_REORDERED_TRANSFERS):
-        whole, _ = fastest_greedy(
-            topology, Tenants((collective,)), rng, policy, None, "fast", on_delivery
+        whole, _, _ = fastest_construction(
+            topology, Tenants((collective,)), seed, policy, None, "fast", on_delivery
         )
-        table = TransferTable.from_transfers(whole)
+        table = whole if isinstance(whole, TransferTable) else TransferTable.from_transfers(whole)
         yield Block(table.chunk, table.link, table.start)
         return
     yield from spread_blocks(
@@ -161,7 +162,7 @@ def _blocks(
         Sources.at_owners(collective),
         collective.num_chunks,
         collective.chunk_bytes,
-        rng,
+        random.Random(seed),
         policy,
         on_delivery=on_delivery,
     )

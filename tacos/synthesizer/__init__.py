@@ -78,6 +78,7 @@ from tacos.synthesizer.list_scheduling import improved
 from tacos.synthesizer.timing import renumber
 from tacos.synthesizer.trees import tree_collective, tree_layouts
 from tacos.topology import Topology
+from tacos.transfers import TransferTable
 from tacos.verify import verify
 
 SYNTHESIZER_NAME = "tacos-greedy"
@@ -275,16 +276,9 @@ def _synthesize_tacos(
             done += count
             progress(done, total)
 
-    rng = random.Random(seed)
-    transfers, reordered = fastest_greedy(
-        topology, tenants, rng, policy, sends_in_flight, chosen, on_delivery
+    transfers, construction, reordered = fastest_construction(
+        topology, tenants, seed, policy, sends_in_flight, chosen, on_delivery
     )
-    construction = "greedy"
-    if policy == "rarest":
-        for layout in tree_layouts(topology, tenants.specs, sends_in_flight):
-            on_trees = tree_collective(topology, tenants.specs[0], layout, random.Random(seed))
-            if on_trees is not None and finish_us(on_trees) < finish_us(transfers):
-                transfers, construction, reordered = on_trees, "trees", False
     meta: dict[str, object] = {
         "synthesizer": SYNTHESIZER_NAME,
         "seed": seed,
@@ -306,6 +300,31 @@ def _synthesize_tacos(
     return schedules
 
 
+def fastest_construction(
+    topology: Topology,
+    tenants: Tenants,
+    seed: int,
+    policy: ChunkPolicy,
+    sends_in_flight: int | None,
+    engine: Engine,
+    on_delivery: Callable[[int], None] | None = None,
+) -> tuple[Sequence[Transfer] | TransferTable, str, bool]:
+    """The greedy's fastest attempt (:func:`fastest_greedy`), or the first of the trees
+    (:mod:`.trees`) that is faster still: the transfers, which it is (``"greedy"`` or
+    ``"trees"``, ``meta["construction"]``), and whether the greedy's links were
+    reordered. :mod:`tacos.stream` writes what this gives for a small All-Gather."""
+    transfers, reordered = fastest_greedy(
+        topology, tenants, random.Random(seed), policy, sends_in_flight, engine, on_delivery
+    )
+    construction = "greedy"
+    if policy == "rarest":
+        for layout in tree_layouts(topology, tenants.specs, sends_in_flight):
+            on_trees = tree_collective(topology, tenants.specs[0], layout, random.Random(seed))
+            if on_trees is not None and finish_us(on_trees) < finish_us(transfers):
+                transfers, construction, reordered = on_trees, "trees", False
+    return transfers, construction, reordered
+
+
 def fastest_greedy(
     topology: Topology,
     tenants: Tenants,
@@ -317,8 +336,7 @@ def fastest_greedy(
 ) -> tuple[Sequence[Transfer], bool]:
     """The greedy's fastest attempt (:mod:`.attempts`) on ``engine`` ("fast" or
     "reference"), its links reordered when that is faster (module docs), and whether
-    they were. Only the first attempt reports deliveries. :mod:`tacos.stream` writes
-    what this gives, so both stay one schedule."""
+    they were. Only the first attempt reports deliveries."""
 
     def build(attempt: Attempt, reports: bool) -> Sequence[Transfer]:
         delivery = on_delivery if reports else None
