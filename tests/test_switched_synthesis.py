@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
+from tacos.synthesizer import fastest_greedy
+from tacos.synthesizer.attempts import finish_us
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.greedy import match_destinations
 from tacos.synthesizer.routes import Fabric, matching_groups, one_uplink_hosts
@@ -172,7 +174,8 @@ def test_the_hosts_that_may_send_their_own_chunks_first_have_one_link_into_a_swi
 def test_synthesis_keeps_the_faster_of_own_chunks_first_and_not(kind, chunks, seed, faster):
     """Either can win on fat-tree:4 (here at these seeds, by 5 to 15%), so both are
     built from the same random state and the faster kept, by either engine (then its
-    links reordered when that is faster still)."""
+    links reordered when that is faster still). (Synthesis may then take trees where
+    they are faster: tests/test_trees.py.)"""
     topology = from_spec("fat-tree:4")
     spec = Collective(kind, tuple(topology.npus), chunks, 2**20)
     alone_us = {}
@@ -182,11 +185,12 @@ def test_synthesis_keeps_the_faster_of_own_chunks_first_and_not(kind, chunks, se
         alone_us[label] = max(t.end for t in transfers)
     assert min(alone_us, key=alone_us.__getitem__) == faster
     for engine in ("reference", "fast"):
-        schedule = tacos.synthesize(topology, spec, seed=seed, engine=engine)
-        if schedule.meta["reordered"]:
-            assert schedule.collective_time_us < alone_us[faster]
+        rng = random.Random(seed)
+        kept, reordered = fastest_greedy(topology, Tenants((spec,)), rng, "rarest", None, engine)
+        if reordered:
+            assert finish_us(kept) < alone_us[faster]
         else:
-            assert schedule.collective_time_us == alone_us[faster]
+            assert finish_us(kept) == alone_us[faster]
 
 
 def test_at_one_chunk_per_gpu_an_idle_nic_sends_far_rather_than_wait_for_a_relay():
