@@ -113,8 +113,10 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     assert len(tree_layouts(four, [_all_reduce(four)], None)[0].groups) == 4
     three = from_spec("dgx:3x4")  # every root sends its sum to both others
     assert len(tree_layouts(three, [_all_reduce(three)], None)[0].groups) == 3
-    eight = from_spec("dgx:8x2")
-    assert tree_layouts(eight, [_all_reduce(eight)], None) == []
+    eight = from_spec("dgx:8x2")  # through each chunk's owner's server, at few chunks
+    (hub,) = tree_layouts(eight, [_all_reduce(eight)], None)
+    assert hub.hub and len(hub.groups) == 8
+    assert tree_layouts(eight, [_all_reduce(eight, 4)], None) == []
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -136,7 +138,8 @@ def test_servers_under_one_leaf_reduce_together_and_the_leaves_swap_sums():
     groups swap sums over the spine once per chunk."""
     topology = from_spec("dgx:8x2,nodes-per-leaf=4")
     spec = _all_reduce(topology)
-    (leaves,) = tree_layouts(topology, [spec], None)
+    servers, leaves = tree_layouts(topology, [spec], None)  # the eight through a hub
+    assert servers.hub and not leaves.hub
     assert leaves.groups == (tuple(range(8)), tuple(range(8, 16)))
     _checked(topology, spec, tree_collective(topology, spec, leaves, random.Random(0)))
     two_tiers = from_spec("dgx:4x4,rails=2,nodes-per-leaf=2,spines=2")
@@ -157,6 +160,25 @@ def test_three_servers_send_their_sums_to_both_others_at_once():
     bound; reducing in each server and sending each sum to the two other servers'
     roots, 1.63x."""
     assert _times_the_bound_on_trees(from_spec("dgx:3x8"), 1) <= 1.7
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_servers=7), st.integers(1, 2), st.integers(0, 2**16))
+def test_through_a_hub_the_result_verifies(topology, chunks, seed):
+    """Five or more servers: each sends its sum into the owner's server and gets the result
+    back the same way; valid and replaying exactly, whatever the sizes and speeds."""
+    spec = _all_reduce(topology, chunks)
+    for layout in tree_layouts(topology, [spec], None):
+        if layout.hub:
+            _checked(topology, spec, tree_collective(topology, spec, layout, random.Random(seed)))
+
+
+def test_eight_servers_on_two_rails_cross_into_the_owners_server_over_both_at_once():
+    """dgx:8x4 with two rails over two leaves, one chunk per GPU: Reduce-Scatter then
+    All-Gather ends 1.47x the best bound; through each chunk's owner's server, the other
+    servers' sums crossing over the least-loaded rail, 1.25x."""
+    topology = from_spec("dgx:8x4,rails=2,nodes-per-leaf=4")
+    assert _times_the_bound_on_trees(topology, 1) <= 1.3
 
 
 def test_all_reduce_on_a_mesh_overlaps_reduction_and_broadcast():

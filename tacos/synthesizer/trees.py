@@ -72,7 +72,13 @@ servers or leaves):
    roots broadcast it. All-Reduce: with two groups, each root sends the other
    its group's sum, which is added in on arrival; with three, every root
    sends it to both others at once; with four, recursive doubling (two such
-   rounds, between roots whose group indices differ in one bit). A root must
+   rounds, between roots whose group indices differ in one bit). With more
+   groups, at few chunks per NPU (:data:`HUB_MAX_CHUNKS_PER_NPU`), through a
+   hub instead: every other group's root is the member with the least-loaded
+   route into the owner's group, where its sum lands and is added in on the
+   way to the owner; the result goes back by the same NPUs and is broadcast
+   in each group (on a cluster the sums cross into the owner's server over
+   different rails at once). A root must
    send what it has summed before that round's sum has been added to it (else
    the other counts itself twice); a schedule where that fails is dropped.
 4. **Order.** Chunks are launched round-robin over their owners (owners in a
@@ -90,10 +96,11 @@ servers or leaves):
 The entry point builds this for each layout :func:`tree_layouts` offers
 (groups, and how trees grow) and keeps it only when it beats the greedy. All-Reduce:
 on networks of direct links with uneven NPU bandwidth (meshes, heterogeneous
-meshes) both ways, and on two to four servers or leaves. Elsewhere
-Reduce-Scatter then All-Gather is at its bound (tori, rings) or crosses the
-network as little (eight servers would need three rounds of exchange;
-Reduce-Scatter then All-Gather crosses twice). All-Gather and Reduce-Scatter: on
+meshes) both ways, on two to four servers or leaves, and through a hub on
+more of them at one or two chunks per NPU. Elsewhere Reduce-Scatter then
+All-Gather is at its bound (tori, rings) or crosses the network as little
+(eight servers would need three rounds of exchange; Reduce-Scatter then
+All-Gather crosses twice). All-Gather and Reduce-Scatter: on
 any number of servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`.
 """
 
@@ -140,6 +147,17 @@ chunk per GPU 1.801 -> 1.629 of the best bound; four: by recursive doubling). Wi
 eight it would cross the network three times, where Reduce-Scatter then All-Gather
 crosses twice; an exchange of every root with every other measured 2.26x the best bound
 on dgx:4x8 at one chunk per NPU (the greedy: 1.54x)."""
+HUB_MAX_CHUNKS_PER_NPU = 2
+"""More servers (or leaves) than that, at up to this many chunks per NPU, are also tried
+through each chunk's owner's server (:attr:`TreeLayout.hub`): each other server's sum
+crosses once each way, each over the least-loaded link into the owner's server, so a
+chunk's crossings run over different rails at once. At one chunk per GPU against the
+greedy's Reduce-Scatter then All-Gather: rails over two leaves 1.455 (its leaf trees) ->
+1.369 of the best bound, dgx:8x4 with two rails 1.472 -> 1.245, dgx:6x4 1.285 -> 1.226,
+dgx:8x8 1.279 -> 1.251 (dgx:16x8 1.187, the greedy's 1.142 kept); at two, dgx:8x4 with two
+rails 1.241 -> 1.165 (dgx:8x8 1.167 against 1.164); at four the greedy won on all four
+(1.074-1.108 against 1.113-1.142). On two to four servers the exchange wins (one chunk
+per GPU, through a hub: dgx:4x8 1.634 against 1.481, dgx:3x8 1.844 against 1.629)."""
 SPANNING_DISTANCE_WEIGHT = 0.5
 """In spanning trees, what a microsecond of the new parent's distance from the root weighs
 against a microsecond of link time booked: 0 grows the cheapest tree, 1 about a
@@ -179,11 +197,13 @@ Reach = tuple[float, Route]
 
 
 class TreeLayout(NamedTuple):
-    """What :func:`tree_collective` builds on: the groups of NPUs, and whether the trees
-    grow spanning (else by nearer parents; module docstring)."""
+    """What :func:`tree_collective` builds on: the groups of NPUs, whether the trees grow
+    spanning (else by nearer parents; module docstring), and whether an All-Reduce goes
+    through each chunk's owner's group (``hub``) rather than exchanging the groups' sums."""
 
     groups: tuple[tuple[int, ...], ...]
     spanning: bool = False
+    hub: bool = False
 
 
 def tree_layouts(
@@ -191,9 +211,10 @@ def tree_layouts(
 ) -> list[TreeLayout]:
     """The layouts worth building :func:`tree_collective` for (see the module docstring):
     for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
-    trees of nearer parents and spanning ones, and the two to four servers (or leaves,
+    trees of nearer parents and spanning ones, and the servers (or leaves,
     :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
-    switches; for All-Gather and Reduce-Scatter, a cluster's servers and its leaves."""
+    switches, two to four exchanging sums, more through a hub; for All-Gather and
+    Reduce-Scatter, a cluster's servers and its leaves."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
@@ -214,13 +235,20 @@ def tree_layouts(
     routes = _Routes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
     for groups in (servers, _leaves(routes, servers)):
-        if groups is not None and (not reduces or len(groups) in EXCHANGING_GROUPS):
-            layouts.append(TreeLayout(tuple(tuple(group) for group in groups)))
+        if groups is not None:
+            exchanging = len(groups) in EXCHANGING_GROUPS
+            hub = (
+                reduces
+                and len(groups) > max(EXCHANGING_GROUPS)
+                and spec.chunks_per_rank <= HUB_MAX_CHUNKS_PER_NPU
+            )
+            if exchanging or hub or not reduces:
+                layouts.append(TreeLayout(tuple(tuple(group) for group in groups), hub=hub))
     return [
         layout for layout in layouts
-        if _transfers(layout.groups, spec, 1) <= most
+        if _transfers(layout, spec, 1) <= most
         and routes.connect(layout.groups)
-        and _transfers(layout.groups, spec, routes.longest_hops) <= most
+        and _transfers(layout, spec, routes.longest_hops) <= most
     ]  # fmt: skip
 
 
@@ -253,13 +281,15 @@ def _leaves(routes: _Routes, servers: list[list[int]] | None) -> list[list[int]]
     return leaves
 
 
-def _transfers(groups: Sequence[Sequence[int]], spec: Collective, hops: int) -> int:
+def _transfers(layout: TreeLayout, spec: Collective, hops: int) -> int:
     """How many transfers the plan makes at most, messages of at most ``hops`` links: per
     chunk, one into every NPU but the owner, and for All-Reduce one out of every NPU but
-    the roots and each root's exchange rounds."""
-    npus, roots = sum(len(group) for group in groups), len(groups)
+    the owner (through a hub) or but the roots and each root's exchange rounds."""
+    npus, roots = sum(len(group) for group in layout.groups), len(layout.groups)
     if spec.kind is not CollectiveKind.ALL_REDUCE:
         return spec.num_chunks * (npus - 1) * hops
+    if layout.hub:
+        return spec.num_chunks * 2 * (npus - 1) * hops
     exchanged = sum(len(pairs) for pairs in _exchange_rounds(roots))
     return spec.num_chunks * (2 * (npus - roots) + exchanged) * hops
 
@@ -279,7 +309,7 @@ def tree_collective(
     owners = collective_owners(spec).tolist()
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     routes = _Routes(topology, spec.chunk_bytes)
-    plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces)
+    plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces, layout.hub)
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
     lighter = REGROWN_IF_BUSIEST_BELOW * first.busiest_us
@@ -579,6 +609,7 @@ class _Plan:
         owners: Sequence[int],
         spanning: bool,
         reduces: bool = True,
+        hub: bool = False,
     ) -> None:
         self.routes = routes
         self.spanning = spanning
@@ -586,22 +617,22 @@ class _Plan:
         self.load_us = [0.0] * len(routes.topology.links)
         place = {npu: (g, i) for g, group in enumerate(groups) for i, npu in enumerate(group)}
         members = [frozenset(group) for group in groups]
-        distances: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
+        self._distance_of: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
         trees: list[tuple[list[_Planned], list[tuple[int, int]]]] = []
         self.rounds: list[_Trees] = []
         for grown in range(1 if spanning else GROWN_ROUNDS):
             for chunk, owner in enumerate(owners):
-                roots = [group[place[owner][1]] for group in groups]
-                for root, inside in zip(roots, members, strict=True):
-                    if root not in distances:
-                        distances[root] = routes.distances(root, inside)
                 if grown:  # rip this chunk's trees up, grow them again among the others'
                     for planned in trees[chunk][0]:
                         self.load_us[planned.transfer.link] -= routes.link_us[planned.transfer.link]
                 # _message numbers the chunk's transfers from 0, joined below.
                 self.transfers: list[_Planned] = []
                 self.exchanges: list[tuple[int, int]] = []
-                self._add_chunk(chunk, owner, roots, members, distances)
+                if hub:
+                    self._add_hub_chunk(chunk, owner, members)
+                else:
+                    roots = [group[place[owner][1]] for group in groups]
+                    self._add_chunk(chunk, owner, roots, members)
                 if grown:
                     trees[chunk] = (self.transfers, self.exchanges)
                 else:
@@ -688,32 +719,76 @@ class _Plan:
         owner: int,
         roots: Sequence[int],
         members: Sequence[frozenset[int]],
-        distances: dict[int, tuple[dict[int, float], dict[int, float]]],
     ) -> None:
         """All-Reduce: reduce into every group's root, exchange the roots' sums. All-Gather:
         the owner sends the chunk to every other group's root. Then broadcast from each."""
         ups, downs = [], []
         for root, inside in zip(roots, members, strict=True):
-            from_root, to_root = distances[root]
+            from_root, to_root = self._distances(root, inside)
             ups.append(self._tree(root, inside, to_root, up=True) if self.reduces else {})
             downs.append(self._tree(root, inside, from_root, up=False))
         below = [_heights(root, _parent_of(down)) for root, down in zip(roots, downs, strict=True)]
         if self.reduces:
-            sums_at = self._reduce(chunk, roots, ups, below)
+            rounds = len(_exchange_rounds(len(roots)))
+            sums_at = {
+                root: self._reduced(chunk, root, up, {}, rounds + heights[root])
+                for root, up, heights in zip(roots, ups, below, strict=True)
+            }
             self._exchange(
                 chunk, roots, sums_at, [b[root] for root, b in zip(roots, below, strict=True)]
             )
         else:
             sums_at = self._to_roots(chunk, owner, roots, below)
-        for root, down, heights in zip(roots, downs, below, strict=True):
-            got = {root: tuple(sums_at[root])}
-            depth = _depths(root, _parent_of(down))
-            for npu in sorted(down, key=lambda n: (depth[n], n)):  # parents before children
-                parent, route = down[npu]
-                _, last = self._message(
-                    chunk, route, Op.COPY, got[parent], BROADCASTING, 1 + heights[npu]
+        for root, down in zip(roots, downs, strict=True):
+            self._broadcast(chunk, root, down, sums_at[root])
+
+    def _add_hub_chunk(self, chunk: int, owner: int, members: Sequence[frozenset[int]]) -> None:
+        """All-Reduce through the owner's group (:attr:`TreeLayout.hub`): every other group
+        reduces the chunk into the member with the cheapest route into the owner's group
+        and sends its sum there; the owner's group reduces it with those sums added in
+        where they land, and the result goes back the same ways and is broadcast inside
+        each group."""
+        hub = next(inside for inside in members if owner in inside)
+        crossings = []  # per other group: its root, where it lands, and the two routes
+        for inside in members:
+            if inside is not hub:
+                (_, route), root, landing = min(
+                    (self._cheapest(route), npu, other)
+                    for npu in sorted(inside)
+                    for other, (_, route) in self.routes.into(npu, hub)
                 )
-                got[npu] = (last,)
+                self._book(route)
+                back = self._cheapest(self.routes.from_npu(landing)[root][1])[1]
+                self._book(back)
+                crossings.append((root, landing, route, back, inside))
+        trees = [(root, *self._both_trees(root, inside)) for root, _, _, _, inside in crossings]
+        hub_up, hub_down = self._both_trees(owner, hub)
+        landed: dict[int, list[int]] = {}
+        for (root, up, down), (_, landing, route, _, _) in zip(trees, crossings, strict=True):
+            summed = self._reduced(chunk, root, up, {}, 3 + _heights(root, _parent_of(down))[root])
+            _, last = self._message(chunk, route, Op.REDUCE, tuple(summed), EXCHANGING, 3)
+            landed.setdefault(landing, []).append(last)
+        summed = self._reduced(chunk, owner, hub_up, landed, 2)
+        got = self._broadcast(chunk, owner, hub_down, summed)
+        for (root, _, down), (_, landing, _, back, _) in zip(trees, crossings, strict=True):
+            _, last = self._message(chunk, back, Op.COPY, got[landing], EXCHANGING, 2)
+            self._broadcast(chunk, root, down, [last])
+
+    def _both_trees(
+        self, root: int, inside: frozenset[int]
+    ) -> tuple[dict[int, tuple[int, Route]], dict[int, tuple[int, Route]]]:
+        """A group's reduction and broadcast trees at ``root``, grown in that order."""
+        from_root, to_root = self._distances(root, inside)
+        up = self._tree(root, inside, to_root, up=True)
+        return up, self._tree(root, inside, from_root, up=False)
+
+    def _distances(
+        self, root: int, inside: frozenset[int]
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """:meth:`_Routes.distances` inside ``root``'s group, computed once per root."""
+        if root not in self._distance_of:
+            self._distance_of[root] = self.routes.distances(root, inside)
+        return self._distance_of[root]
 
     def _tree(
         self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
@@ -723,29 +798,42 @@ class _Plan:
             return self._spanning(root, inside, up)
         return self._parents(root, inside, distance, up)
 
-    def _reduce(
+    def _reduced(
         self,
         chunk: int,
-        roots: Sequence[int],
-        ups: Sequence[dict[int, tuple[int, Route]]],
-        below: Sequence[dict[int, int]],
-    ) -> dict[int, list[int]]:
-        """The messages of every group's reduction tree; per root, the last hops that add
-        into it."""
-        sums_at: dict[int, list[int]] = {}
-        rounds = len(_exchange_rounds(len(roots)))
-        for root, up, heights in zip(roots, ups, below, strict=True):
-            to_go = _depths(root, _parent_of(up))
-            into: dict[int, list[int]] = {}
-            for npu in sorted(up, key=lambda n: (-to_go[n], n)):  # children before parents
-                parent, route = up[npu]
-                rest = to_go[npu] + rounds + heights[root]
-                _, last = self._message(
-                    chunk, route, Op.REDUCE, tuple(into.get(npu, ())), REDUCING, rest
-                )
-                into.setdefault(parent, []).append(last)
-            sums_at[root] = into.get(root, [])
-        return sums_at
+        root: int,
+        up: dict[int, tuple[int, Route]],
+        into: dict[int, list[int]],
+        after: int,
+    ) -> list[int]:
+        """The messages of a reduction tree, each NPU's waiting for what adds into it
+        (``into``, filled as they go: per NPU, the last hops that arrive in it); the last
+        hops into ``root``. ``after``: messages from the root to the chunk's end."""
+        to_go = _depths(root, _parent_of(up))
+        for npu in sorted(up, key=lambda n: (-to_go[n], n)):  # children before parents
+            parent, route = up[npu]
+            rest = to_go[npu] + after
+            _, last = self._message(
+                chunk, route, Op.REDUCE, tuple(into.get(npu, ())), REDUCING, rest
+            )
+            into.setdefault(parent, []).append(last)
+        return into.get(root, [])
+
+    def _broadcast(
+        self, chunk: int, root: int, down: dict[int, tuple[int, Route]], deps: Sequence[int]
+    ) -> dict[int, tuple[int, ...]]:
+        """The messages of a broadcast tree from ``root``, which has the chunk once
+        ``deps`` have ended; per NPU, the hop that brings it."""
+        got = {root: tuple(deps)}
+        heights = _heights(root, _parent_of(down))
+        depth = _depths(root, _parent_of(down))
+        for npu in sorted(down, key=lambda n: (depth[n], n)):  # parents before children
+            parent, route = down[npu]
+            _, last = self._message(
+                chunk, route, Op.COPY, got[parent], BROADCASTING, 1 + heights[npu]
+            )
+            got[npu] = (last,)
+        return got
 
     def _to_roots(
         self, chunk: int, owner: int, roots: Sequence[int], below: Sequence[dict[int, int]]
