@@ -31,8 +31,9 @@ steps follow the greedy:
   from 1.548 to 1.278. One tenant, no ``sends_in_flight``, at most
   :data:`.list_scheduling.MAX_REORDERED_TRANSFERS` transfers.
 * An All-Reduce may instead come from :mod:`.trees` (meshes, clusters of two
-  to four servers or leaves), and an All-Gather or Reduce-Scatter on a
-  cluster's servers or leaves, when that is faster still;
+  to four servers or leaves, more servers through each chunk's owner's
+  server), and an All-Gather or Reduce-Scatter on a cluster's servers or
+  leaves, when that is faster still;
   ``meta["construction"]`` says which (``"greedy"`` or ``"trees"``).
 
 ``algorithm`` picks what is built: ``"tacos"`` (the default of this function),
