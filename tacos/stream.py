@@ -154,7 +154,7 @@ def _blocks(
         whole, _, _ = fastest_construction(
             topology, Tenants((collective,)), seed, policy, None, "fast", on_delivery
         )
-        table = whole if isinstance(whole, TransferTable) else TransferTable.from_transfers(whole)
+        table = TransferTable.from_transfers(whole)  # a table as it is
         yield Block(table.chunk, table.link, table.start)
         return
     yield from spread_blocks(

@@ -70,11 +70,7 @@ class Timeline:
     def __init__(
         self, topology: Topology, transfers: Sequence[Transfer] | TransferTable, chunk_bytes: int
     ):
-        table = (
-            transfers
-            if isinstance(transfers, TransferTable)
-            else TransferTable.from_transfers(transfers)
-        )
+        table = TransferTable.from_transfers(transfers)  # a table as it is
         self.num_links = len(topology.links)
         self.link = table.link
         self.deps = (table.deps_ptr, table.deps)
@@ -210,11 +206,7 @@ def improved(
     order the dependencies do not state, such as the exchange of
     :mod:`.trees`, must not come here.)
     """
-    table = (
-        transfers
-        if isinstance(transfers, TransferTable)
-        else TransferTable.from_transfers(transfers)
-    )
+    table = TransferTable.from_transfers(transfers)  # a table as it is
     if not 0 < len(table) <= MAX_REORDERED_TRANSFERS:
         return None
     best = settled(Timeline(topology, table, chunk_bytes), table.start)

@@ -33,8 +33,8 @@ its mirror 1.054x, reordered 1.029x). List-scheduling reduction trees
 directly was slower (rails: 1.485x against 1.281x).
 
 How, for NPUs split into groups (the whole network, or two to four servers, or
-the servers under two to four leaf switches; for All-Gather any number of
-servers or leaves):
+the servers under two to four leaf switches, more through a hub; for
+All-Gather any number of servers or leaves):
 
 1. **Messages.** A message goes from an NPU to an NPU over a direct link or
    through switches only (never through another NPU, which would add itself
@@ -72,15 +72,15 @@ servers or leaves):
    roots broadcast it. All-Reduce: with two groups, each root sends the other
    its group's sum, which is added in on arrival; with three, every root
    sends it to both others at once; with four, recursive doubling (two such
-   rounds, between roots whose group indices differ in one bit). With more
-   groups, at few chunks per NPU (:data:`HUB_MAX_CHUNKS_PER_NPU`), through a
-   hub instead: every other group's root is the member with the least-loaded
-   route into the owner's group, where its sum lands and is added in on the
-   way to the owner; the result goes back by the same NPUs and is broadcast
-   in each group (on a cluster the sums cross into the owner's server over
-   different rails at once). A root must
+   rounds, between roots whose group indices differ in one bit). A root must
    send what it has summed before that round's sum has been added to it (else
    the other counts itself twice); a schedule where that fails is dropped.
+   With more groups, at few chunks per NPU (:data:`HUB_MAX_CHUNKS_PER_NPU`),
+   through a hub instead: every other group's root is the member with the
+   least-loaded route into the owner's group, where its sum lands and is
+   added in on the way to the owner; the result goes back by the same NPUs
+   and is broadcast in each group (on a cluster the sums cross into the
+   owner's server over different rails at once).
 4. **Order.** Chunks are launched round-robin over their owners (owners in a
    seeded random order), so neighbouring launches load different links.
 5. **List scheduling.** Every link serves, of the transfers whose inputs have
@@ -722,11 +722,8 @@ class _Plan:
     ) -> None:
         """All-Reduce: reduce into every group's root, exchange the roots' sums. All-Gather:
         the owner sends the chunk to every other group's root. Then broadcast from each."""
-        ups, downs = [], []
-        for root, inside in zip(roots, members, strict=True):
-            from_root, to_root = self._distances(root, inside)
-            ups.append(self._tree(root, inside, to_root, up=True) if self.reduces else {})
-            downs.append(self._tree(root, inside, from_root, up=False))
+        grown = [self._trees_at(root, inside) for root, inside in zip(roots, members, strict=True)]
+        ups, downs = [up for up, _ in grown], [down for _, down in grown]
         below = [_heights(root, _parent_of(down)) for root, down in zip(roots, downs, strict=True)]
         if self.reduces:
             rounds = len(_exchange_rounds(len(roots)))
@@ -761,8 +758,8 @@ class _Plan:
                 back = self._cheapest(self.routes.from_npu(landing)[root][1])[1]
                 self._book(back)
                 crossings.append((root, landing, route, back, inside))
-        trees = [(root, *self._both_trees(root, inside)) for root, _, _, _, inside in crossings]
-        hub_up, hub_down = self._both_trees(owner, hub)
+        trees = [(root, *self._trees_at(root, inside)) for root, _, _, _, inside in crossings]
+        hub_up, hub_down = self._trees_at(owner, hub)
         landed: dict[int, list[int]] = {}
         for (root, up, down), (_, landing, route, _, _) in zip(trees, crossings, strict=True):
             summed = self._reduced(chunk, root, up, {}, 3 + _heights(root, _parent_of(down))[root])
@@ -774,12 +771,13 @@ class _Plan:
             _, last = self._message(chunk, back, Op.COPY, got[landing], EXCHANGING, 2)
             self._broadcast(chunk, root, down, [last])
 
-    def _both_trees(
+    def _trees_at(
         self, root: int, inside: frozenset[int]
     ) -> tuple[dict[int, tuple[int, Route]], dict[int, tuple[int, Route]]]:
-        """A group's reduction and broadcast trees at ``root``, grown in that order."""
+        """A group's reduction tree at ``root`` (none for an All-Gather) and its broadcast
+        tree, grown in that order."""
         from_root, to_root = self._distances(root, inside)
-        up = self._tree(root, inside, to_root, up=True)
+        up = self._tree(root, inside, to_root, up=True) if self.reduces else {}
         return up, self._tree(root, inside, from_root, up=False)
 
     def _distances(
