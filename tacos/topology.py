@@ -248,7 +248,9 @@ class Topology:
         )
         original = tuple(self.label(n) for n in order)
         name = f"{self.name} for NPUs {list(members)}"
-        return Topology(len(members), links, self.num_nodes - len(members), name, original)
+        return Topology(
+            len(members), links, self.num_nodes - len(members), name, original, cost=self.cost
+        )
 
     def describe(self) -> str:
         kinds = f"{self.num_npus} NPUs"

@@ -7,6 +7,7 @@ import networkx as nx
 import pytest
 
 from tacos.errors import TacosError
+from tacos.linkmodel import CostModel
 from tacos.topology import (
     Link,
     Structure,
@@ -205,3 +206,9 @@ def test_one_way_reachability_is_not_enough():
     topo = read_csv("src,dst,bandwidth_GBps,latency_us\n0,1,50,1\n1,2,50,1\n2,1,50,1\n")
     with pytest.raises(TacosError, match="NPU 0 cannot be reached from NPU 1"):
         topo.check_connected()
+
+
+def test_a_group_seen_alone_keeps_the_networks_cost_model():
+    cost = CostModel(link_model="pipelined", reduce_bandwidth_GBps=100.0)
+    ring = from_spec("ring:8").with_cost(cost)
+    assert ring.members_only((0, 2, 4, 6)).cost == cost
