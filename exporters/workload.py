@@ -9,9 +9,11 @@ runs the workload on ASTRA-sim with those algorithms or with ASTRA-sim's own:
   a communicator group on NET with the group's NPUs as its ranks and every other NPU
   forwarding only (:meth:`~tacos.topology.Topology.members_only`), since ASTRA-sim
   routes a group's messages through the whole network but runs the custom ET on the
-  members alone. A collective whose ``involved_dim`` leaves out network dimensions is
-  one collective per group of NPUs along the involved ones, synthesized together on a
-  shared timeline (ASTRA-sim's custom path ignores ``involved_dim``, so the ET must).
+  members alone. One node on several groups is one ET that all of them run at once,
+  predicted and chosen for all of them together (:mod:`.workload_groups`). A
+  collective whose ``involved_dim`` leaves out network dimensions is one collective
+  per group of NPUs along the involved ones, synthesized together on a shared
+  timeline (ASTRA-sim's custom path ignores ``involved_dim``, so the ET must).
 * **Chunks.** Unless ``--chunks-per-npu`` fixes them, each collective is synthesized
   with 1, 2, 4 and 8 chunks per NPU (as long as chunks stay at least
   :data:`MIN_CHUNK_BYTES`) and the fastest is kept, fewest chunks on ties.
@@ -50,6 +52,12 @@ from tacos.exporters.workload_config import (
     per_node_yaml,
     run_script,
     workload_system,
+)
+from tacos.exporters.workload_groups import (
+    MAX_CANDIDATE_GROUPS,
+    Router,
+    sharing_groups,
+    together_time_us,
 )
 from tacos.exporters.workload_measure import CUSTOM, measure, write_custom_et
 from tacos.formats.arguments import ArgumentAdder
@@ -163,12 +171,16 @@ def check_target(out: Path, options: WorkloadOptions) -> None:
 
 @dataclass(frozen=True)
 class CustomEt:
-    """One synthesized algorithm, written once as ``<prefix>.<position>.et``."""
+    """One synthesized algorithm, written once as ``<prefix>.<position>.et``: synthesized
+    for ``group``, run at once by every group of ``runners`` (:mod:`.workload_groups`),
+    which together take ``predicted_time_us``."""
 
     prefix: str
     key: SynthesisKey
     schedule: Schedule
     group: CommGroup
+    runners: tuple[CommGroup, ...]
+    predicted_time_us: float
 
 
 @dataclass(frozen=True)
@@ -264,7 +276,7 @@ class WorkloadPlan:
     def readme(self) -> str:
         rows = "\n".join(
             f"| `{et.prefix}` | {et.key[0]} | {len(et.key[1])} | {et.key[3]} x {et.key[4]} B | "
-            f"{et.schedule.meta.get('algorithm', 'tacos')} | {et.schedule.collective_time_us:.6g} |"
+            f"{et.schedule.meta.get('algorithm', 'tacos')} | {et.predicted_time_us:.6g} |"
             for et in self.ets
         )
         network = (
@@ -303,28 +315,36 @@ def plan_workload(
         )
     network = network or analytical_dimensions(topology)
     cache: dict[SynthesisKey, Schedule] = {}
-    chosen: dict[object, SynthesisKey] = {}
+    chosen: dict[object, tuple[SynthesisKey, CommGroup, float]] = {}
     synthesized_for = _id_sharers(workload.collectives)
-    for synthesized in synthesized_for:
-        if synthesized.signature not in chosen:
-            chosen[synthesized.signature] = _best_key(
-                workload, synthesized, topology, network, options, cache
+    runners_of = sharing_groups(workload.collectives, synthesized_for)
+    route = Router(topology, network)
+    for synthesized, runners in zip(synthesized_for, runners_of, strict=True):
+        if (synthesized.signature, runners) not in chosen:
+            chosen[(synthesized.signature, runners)] = _best_key(
+                workload, synthesized, runners, topology, network, options, cache, route
             )
+    picked = [
+        chosen[(synthesized.signature, runners)]
+        for synthesized, runners in zip(synthesized_for, runners_of, strict=True)
+    ]
     measured = {}
     if options.measure_with is not None:
-        measured = _measure(workload, synthesized_for, network, chosen, cache, options)
+        schedules = [cache[key] for key, _, _ in picked]
+        measured = _measure(workload, schedules, network, options)
     natives = _fallback_natives(workload.collectives, measured, options.native)
-    ets: dict[SynthesisKey, CustomEt] = {}
+    ets: dict[tuple[SynthesisKey, tuple[CommGroup, ...]], CustomEt] = {}
     calls: list[tuple[CollectiveCall, CustomEt | None]] = []
-    for call, synthesized in zip(workload.collectives, synthesized_for, strict=True):
+    for call, runners, (key, group, predicted_us) in zip(
+        workload.collectives, runners_of, picked, strict=True
+    ):
         if _native_is_faster(measured.get(call.signature), natives[call.kind]):
             calls.append((call, None))
             continue
-        key = chosen[synthesized.signature]
-        if key not in ets:
+        if (key, runners) not in ets:
             prefix = f"et/{len(ets):03d}-{call.kind}"
-            ets[key] = CustomEt(prefix, key, cache[key], synthesized.group)
-        calls.append((call, ets[key]))
+            ets[(key, runners)] = CustomEt(prefix, key, cache[key], group, runners, predicted_us)
+        calls.append((call, ets[(key, runners)]))
     per_node, builds = _custom_keys(workload, calls, options.astra_sim_build)
     return WorkloadPlan(
         workload,
@@ -342,14 +362,13 @@ def plan_workload(
 
 def _measure(
     workload: Workload,
-    synthesized_for: Sequence[CollectiveCall],
+    schedules: Sequence[Schedule],
     network: list[AnalyticalNetwork] | None,
-    chosen: dict[object, SynthesisKey],
-    cache: dict[SynthesisKey, Schedule],
     options: WorkloadOptions,
 ) -> dict[object, dict[str, int | None]]:
-    """ASTRA-sim's times of every distinct collective on every NPU (see
-    :mod:`tacos.exporters.workload_measure`); collectives on groups are not measured."""
+    """ASTRA-sim's times of every distinct collective on every NPU, each call's with its
+    algorithm in ``schedules`` (see :mod:`tacos.exporters.workload_measure`);
+    collectives on groups are not measured."""
     assert options.measure_with is not None
     if network is None:
         raise TacosError(
@@ -357,9 +376,8 @@ def _measure(
             "topology has no analytical form; give --topology a network.yml"
         )
     measured: dict[object, dict[str, int | None]] = {}
-    for call, synthesized in zip(workload.collectives, synthesized_for, strict=True):
+    for call, schedule in zip(workload.collectives, schedules, strict=True):
         if call.group.id == WHOLE_NETWORK and call.signature not in measured:
-            schedule = cache[chosen[synthesized.signature]]
             measured[call.signature] = measure(options.measure_with, call, schedule, network)
     return measured
 
@@ -430,7 +448,7 @@ def _id_sharers(calls: Sequence[CollectiveCall]) -> list[CollectiveCall]:
     """For each call, the first call it shares node ids with, directly or through others.
 
     ASTRA-sim maps a node id to one ET on every rank, so calls sharing ids (the same
-    collective on different groups) run the ET synthesized for the first of them.
+    collective on different groups) run one ET (:mod:`.workload_groups`).
     """
     root = list(range(len(calls)))
 
@@ -472,25 +490,32 @@ def _link_ends(topology: Topology) -> list[tuple[int, int]]:
 def _best_key(
     workload: Workload,
     call: CollectiveCall,
+    runners: tuple[CommGroup, ...],
     topology: Topology,
     network: list[AnalyticalNetwork] | None,
     options: WorkloadOptions,
     cache: dict[SynthesisKey, Schedule],
-) -> SynthesisKey:
-    """Synthesize ``call`` for each chunk count tried (cached); the fastest one's key."""
+    route: Router,
+) -> tuple[SynthesisKey, CommGroup, float]:
+    """Synthesize ``call`` for each chunk count tried and each of the first groups that run
+    it (:data:`~.workload_groups.MAX_CANDIDATE_GROUPS`; cached): the key, group and time
+    of the one fastest with all of ``runners`` running it (fewest chunks, then the
+    earlier group, on ties)."""
     rank, node_id = call.node_ids[0]
     where = f"{workload.files[rank]}: node {node_id}"
-    members = call.group.members
     tenants = _tenants(call, network, where)
-    net = topology if call.group.id == WHOLE_NETWORK else topology.members_only(members)
-    best: SynthesisKey | None = None
+    best: tuple[SynthesisKey, CommGroup, float] | None = None
     for count in _chunk_counts(call, len(tenants[0]), options):
         size = chunk_bytes(call.kind, call.comm_bytes, len(tenants[0]), count)
-        key = (call.kind, members, tenants, count, size)
-        if key not in cache:
-            cache[key] = _synthesize(net, key, options, where)
-        if best is None or cache[key].collective_time_us < cache[best].collective_time_us:
-            best = key
+        for group in runners[:MAX_CANDIDATE_GROUPS]:
+            key = (call.kind, group.members, tenants, count, size)
+            if key not in cache:
+                whole = group.id == WHOLE_NETWORK
+                net = topology if whole else topology.members_only(group.members)
+                cache[key] = _synthesize(net, key, options, where)
+            time_us = together_time_us(cache[key], topology, runners, route)
+            if best is None or time_us < best[2]:
+                best = (key, group, time_us)
     assert best is not None
     return best
 
@@ -595,7 +620,10 @@ def _et_entry(et: CustomEt) -> dict[str, Any]:
         "chunk_bytes": size,
         "algorithm": et.schedule.meta.get("algorithm", "tacos"),
         "transfers": len(et.schedule.transfers),
-        "predicted_time_us": et.schedule.collective_time_us,
+        "predicted_time_us": et.predicted_time_us,
+        "run_together_by": [list(group.members) for group in et.runners]
+        if len(et.runners) > 1
+        else None,
     }
 
 
@@ -621,7 +649,7 @@ def _call_entry(
         entry["et"] = et.prefix
         entry["synthesized_for"] = list(et.group.members)
         entry["algorithm"] = et.schedule.meta.get("algorithm", "tacos")
-        entry["predicted_time_us"] = et.schedule.collective_time_us
+        entry["predicted_time_us"] = et.predicted_time_us
     if measured is not None:
         entry["measured_ns"] = measured
     return entry

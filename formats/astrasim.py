@@ -11,7 +11,9 @@ congestion-unaware ``MultiDimTopology``):
 * NPU ids: dimension 0 varies fastest, ``id = sum(coord[d] * prod(npus_count[:d]))``.
   A dimension's groups are the NPUs that differ only in that coordinate.
 * ``Ring``: bidirectional (the backend's default), a cable between neighbours and
-  between the last and the first (a ring of two is a single cable).
+  between the last and the first (a ring of two is a single cable). The
+  congestion-aware backend sends a message clockwise (to increasing ids) unless
+  anticlockwise is strictly shorter (``Ring::route``; :func:`ring_path`).
 * ``FullyConnected``: a directed link for every ordered pair in the group.
 * ``Switch``: one switch per group with a cable to each NPU of the group. The
   switches are numbered after all NPUs, dimension by dimension, groups in the
@@ -109,6 +111,18 @@ def dimension_pairs(kinds: Sequence[str], sizes: Sequence[int]) -> list[list[tup
                 mine += [(a, b) for a in group for b in group if a != b]
         pairs.append(mine)
     return pairs
+
+
+def ring_path(size: int, src: int, dst: int) -> list[int]:
+    """The NPUs a message visits from ``src`` to ``dst`` (both included) on a Ring of
+    ``size``, as ASTRA-sim's congestion-aware backend routes it: clockwise unless
+    anticlockwise is strictly shorter, so half-way round goes clockwise."""
+    clockwise = (dst - src) % size
+    step = -1 if size - clockwise < clockwise else 1
+    path = [src]
+    while path[-1] != dst:
+        path.append((path[-1] + step) % size)
+    return path
 
 
 def parse_network(text: str, source: str) -> list[AnalyticalNetwork]:

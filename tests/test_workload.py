@@ -31,6 +31,7 @@ from tacos.formats.chakra import (
     write_et,
 )
 from tacos.importers.workload import read_workload
+from tacos.linkmodel import CostModel
 
 MASTER = SHARED_DIR / "tools/astra-sim-master/bin"
 C459AB6 = SHARED_DIR / "tools/astra-sim/bin"
@@ -182,10 +183,35 @@ def test_groups_run_on_master_in_the_time_predicted(tmp_path):
                                               coll(1, AR, 2**20, 0)])  # fmt: skip
     out = tmp_path / "bundle"
     _, plan = export_workload(read_workload(prefix, 8, groups), tacos.from_spec("ring:8"), out)
-    predicted_ns = sum(et.schedule.collective_time_us for et in plan.ets) * 1000
+    predicted_ns = sum(et.predicted_time_us for et in plan.ets) * 1000
     times = run(out, "tacos", MASTER / "AstraSim_Analytical_Congestion_Aware")["tacos"]
     assert sorted(times) == list(range(8))
     assert max(times.values()) == pytest.approx(predicted_ns, abs=20)
+
+
+@needs_master
+@pytest.mark.parametrize("comm_type", [AR, AG], ids=["all-reduce", "all-gather"])
+@pytest.mark.parametrize(
+    "layout",
+    [([0, 2, 4, 6], [1, 3, 5, 7]), ([0, 3, 4, 7], [1, 2, 5, 6])],
+    ids=["interleaved", "diagonal"],
+)
+def test_groups_sharing_links_run_on_master_in_the_time_predicted_together(
+    tmp_path, layout, comm_type
+):
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({"1": layout[0], "2": layout[1]}))
+    group_of = {npu: name for name, members in zip("12", layout, strict=True) for npu in members}
+    prefix = workload(tmp_path, 8, lambda r: [coll(0, comm_type, 2**20, pg_name=group_of[r])])
+    ring = tacos.from_spec("ring:8").with_cost(CostModel(link_model="pipelined"))
+    out = tmp_path / "bundle"
+    _, plan = export_workload(read_workload(prefix, 8, groups), ring, out)
+    (et,) = plan.ets
+    assert [list(group.members) for group in et.runners] == list(layout)
+    alone = et.schedule.collective_time_us
+    assert et.predicted_time_us >= alone
+    times = run(out, "tacos", MASTER / "AstraSim_Analytical_Congestion_Aware")["tacos"]
+    assert max(times.values()) == pytest.approx(et.predicted_time_us * 1000, rel=1e-3)
 
 
 @needs_master

@@ -1,0 +1,89 @@
+"""Collectives that several communicator groups run at once: which groups, and their time.
+
+ASTRA-sim maps a workload node id to one custom ET, opened by position in the
+group (:mod:`tacos.exporters.workload`), so every group whose ranks issue that
+node runs one algorithm, all groups at once on one network. The bundle's
+prediction is therefore the time of all of them together
+(:func:`tacos.replicas.replicated_time_us`), with messages routed as ASTRA-sim
+routes them, and the algorithm is synthesized for each of the first few groups
+(:data:`MAX_CANDIDATE_GROUPS`) and the one fastest with every group running it is
+kept: for ring:8 All-Reduce of 1 MiB on [0, 3, 4, 7] and [1, 2, 5, 6] the groups
+are not translates of each other, and an algorithm for either one is slow on the
+other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import networkx as nx
+
+from tacos.formats.astrasim import AnalyticalNetwork, ring_path
+from tacos.formats.workload import WHOLE_NETWORK, CollectiveCall, CommGroup
+from tacos.replicas import Route, replicated_time_us
+from tacos.schedule import Schedule
+from tacos.topology import Topology
+
+MAX_CANDIDATE_GROUPS: Final = 4
+"""Groups sharing a node that the algorithm is synthesized for (the first ones, in the order
+the workload lists them): each synthesis is one group's, and groups that are translates of
+each other give the same time, so a handful covers the distinct shapes of usual layouts."""
+
+
+def sharing_groups(
+    calls: Sequence[CollectiveCall], sharers: Sequence[CollectiveCall]
+) -> list[tuple[CommGroup, ...]]:
+    """Per call, the groups that run it at once: every distinct group of the calls that
+    share its node ids (``sharers[i]`` is the first call ``calls[i]`` shares them with),
+    in the order the workload lists them; its own group alone for a call on every NPU."""
+    together: dict[CollectiveCall, list[CommGroup]] = {}
+    for call, first in zip(calls, sharers, strict=True):
+        groups = together.setdefault(first, [])
+        if call.group not in groups:
+            groups.append(call.group)
+    result = []
+    for first in sharers:
+        groups = together[first]
+        whole = any(group.id == WHOLE_NETWORK for group in groups)
+        result.append((first.group,) if whole else tuple(groups))
+    return result
+
+
+class Router:
+    """Messages between NPUs routed as ASTRA-sim routes them on ``network``: a single
+    Ring dimension by :func:`~tacos.formats.astrasim.ring_path`; anything else by fewest
+    hops (a switch, direct links; several dimensions, whose congestion-unaware backend
+    has no shared links, by the fewest hops our cost model sees)."""
+
+    def __init__(self, topology: Topology, network: Sequence[AnalyticalNetwork] | None) -> None:
+        self.topology = topology
+        self.ring = len(network) == 1 and network[0].kind == "Ring" if network else False
+        self.link_between: dict[tuple[int, int], int] = {}
+        for index, link in enumerate(topology.links):
+            self.link_between.setdefault((link.src, link.dst), index)
+        self.graph = nx.DiGraph(list(self.link_between))
+        self._routes: dict[tuple[int, int], Route] = {}
+
+    def __call__(self, src: int, dst: int) -> Route:
+        route = self._routes.get((src, dst))
+        if route is None:
+            if self.ring:
+                nodes = ring_path(self.topology.num_npus, src, dst)
+            else:
+                nodes = nx.shortest_path(self.graph, src, dst)
+            route = [self.link_between[pair] for pair in zip(nodes, nodes[1:], strict=False)]
+            self._routes[(src, dst)] = route
+        return route
+
+
+def together_time_us(
+    schedule: Schedule,
+    topology: Topology,
+    groups: Sequence[CommGroup],
+    route: Callable[[int, int], Route],
+) -> float:
+    """``schedule`` (synthesized for one of ``groups``) run by all of them at once."""
+    if len(groups) == 1:
+        return schedule.collective_time_us
+    return replicated_time_us(schedule, topology, [group.members for group in groups], route)

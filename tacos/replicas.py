@@ -1,0 +1,138 @@
+"""One schedule run by several groups of NPUs at once, each NPU playing its position.
+
+Why: ASTRA-sim maps a workload node to one custom ET per position in a
+communicator group, so when one collective node runs on several groups (data
+parallelism inside each of several model-parallel groups, say), every group runs
+the same algorithm, NPU ``groups[g][j]`` playing the part of position ``j``, and
+all of them share the network. Timed for its first group alone, a ring:8
+All-Reduce on [0, 3, 4, 7] and [1, 2, 5, 6] predicted 24 us where ASTRA-sim
+took 69 us: the second group's messages cross three hops where the first's
+cross one, over the first group's links.
+
+How: every message of the schedule (an NPU-to-NPU chain of transfers,
+:meth:`~tacos.schedule.Schedule.messages`) is sent in every group between that
+group's NPUs at the same positions, over the links ``route`` gives (the route
+the simulator that runs the ETs takes), waiting for the same messages as in the
+schedule, and all groups' messages are replayed together
+(:func:`tacos.simulate.replay_times`). An NPU's program sends in the schedule's
+order: per link it sent on in the schedule, a message leaves after the one
+before it on that link, and over a direct link in the paper's link model (which
+holds the link until the message arrives) only once that one has arrived; a
+one-port schedule's NPU sends one message at a time. That order stays when a
+copy's route starts on another link. A message may pass through NPUs of the
+network, which a :class:`~tacos.topology.Topology` lets only switches do, so the
+replay runs on a copy of the network where every NPU's links leave and enter a
+router of its own: routers are switches, serving their links in the order
+messages arrive, as a simulator's link queues do, and an NPU reaches its router
+over links too fast to take time, one per link it sent on in the schedule,
+which keep its order of sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tacos.errors import TacosError
+from tacos.schedule import Op, Schedule, Transfer
+from tacos.simulate import replay_times
+from tacos.topology import Link, Topology
+
+Route = Sequence[int]
+"""Link ids of ``network``, in order, from one NPU to another."""
+INSTANT_GBPS = 1e12
+"""Bandwidth of the links between an NPU and its router: a 1 MiB chunk crosses one in
+under a femtosecond, far below the nanoseconds the times are quoted in."""
+ROUNDED_DIGITS = 6
+"""The time is rounded to the picosecond, dropping what the instant links added."""
+
+
+def replicated_time_us(
+    schedule: Schedule,
+    network: Topology,
+    groups: Sequence[Sequence[int]],
+    route: Callable[[int, int], Route],
+) -> float:
+    """When the last of ``groups`` finishes running ``schedule`` together on ``network``.
+
+    ``schedule``'s NPU ``j`` is position ``j`` of every group (NPU ids of ``network``);
+    ``route(a, b)`` gives the links a message from NPU ``a`` to NPU ``b`` crosses.
+    """
+    width = schedule.topology.num_npus
+    for group in groups:
+        if len(group) != width:
+            raise TacosError(
+                f"a group of {len(group)} NPUs cannot run a schedule for {width} NPUs; "
+                "give groups of the schedule's size"
+            )
+    routed = _Routed(network)
+    for group in groups:
+        routed.add(schedule, group, route)
+    _, end_us = replay_times(routed.transfers, routed.topology, schedule.collective.chunk_bytes)
+    return round(max(end_us, default=0.0), ROUNDED_DIGITS)
+
+
+class _Routed:
+    """``network`` with a router per NPU (module docs): NPU ``n``'s router is node
+    ``network.num_nodes + n``, and every link of ``network`` joins routers and switches.
+    The links into routers are added as copies of messages need them."""
+
+    def __init__(self, network: Topology) -> None:
+        self.network = network
+        self.links = [Link(self._node(link.src), self._node(link.dst), link.bandwidth_GBps,
+                           link.latency_us) for link in network.links]  # fmt: skip
+        self.out_of_router = {npu: self._instant(self._node(npu), npu) for npu in network.npus}
+        self.into_router: dict[tuple[int, int], int] = {}  # (NPU, queue) -> link
+        self.transfers: list[Transfer] = []
+        self.copies = 0
+
+    @property
+    def topology(self) -> Topology:
+        switches = self.network.num_switches + self.network.num_npus
+        return Topology(self.network.num_npus, tuple(self.links), switches, cost=self.network.cost)
+
+    def _node(self, node: int) -> int:
+        """Where ``network``'s links meet ``node`` in the copy: an NPU's router."""
+        return self.network.num_nodes + node if node < self.network.num_npus else node
+
+    def _instant(self, src: int, dst: int) -> int:
+        self.links.append(Link(src, dst, INSTANT_GBPS, 0.0))
+        return len(self.links) - 1
+
+    def add(
+        self, schedule: Schedule, group: Sequence[int], route: Callable[[int, int], Route]
+    ) -> None:
+        """Add ``group``'s copy of every message of ``schedule`` to :attr:`transfers`: into
+        the sender's router, along the route, out to the receiver (which adds it in
+        where the schedule's last hop did), in the order and with the waits of the
+        module docs. Each copy's chunks are numbered apart from the others'."""
+        sent = schedule.transfers
+        chains = sorted(schedule.messages(), key=lambda chain: (sent[chain[0]].start, chain[0]))
+        message_ending = {chain[-1]: index for index, chain in enumerate(chains)}
+        chunk_offset = self.copies * (1 + max((t.chunk for t in sent), default=0))
+        self.copies += 1
+        one_port = schedule.sends_in_flight == 1
+        holding = schedule.topology.cost.link_model == "paper"
+        arrived_before: dict[tuple[int, int], int] = {}  # (NPU, queue) -> last hop to wait for
+        last_hops: list[int] = []  # per message (in ``chains`` order), this copy's last hop
+        for chain in chains:
+            first, last = sent[chain[0]], sent[chain[-1]]
+            src, dst = group[first.src], group[last.dst]
+            queue = (src, -1 if one_port else first.link)
+            if queue not in self.into_router:
+                self.into_router[queue] = self._instant(src, self._node(src))
+            deps = {last_hops[message_ending[d]] for d in first.deps}
+            if queue in arrived_before:
+                deps.add(arrived_before[queue])
+            hops = [self.into_router[queue], *route(src, dst), self.out_of_router[dst]]
+            for hop, link in enumerate(hops):
+                into = self.links[link]
+                op = last.op if hop == len(hops) - 1 else Op.COPY
+                # Recorded starts order an NPU's sends; the replay re-times everything.
+                self.transfers.append(
+                    Transfer(chunk_offset + first.chunk, into.src, into.dst, link, first.start,
+                             first.start, op, tuple(sorted(deps)))
+                )  # fmt: skip
+                deps = {len(self.transfers) - 1}
+            last_hops.append(len(self.transfers) - 1)
+            if one_port or (holding and len(chain) == 1):
+                arrived_before[queue] = last_hops[-1]
