@@ -78,6 +78,7 @@ from tacos.output import (
     write_bytes_atomic,
     write_text_atomic,
 )
+from tacos.replicas import ROUNDED_DIGITS
 from tacos.schedule import Schedule, merge_tenants
 from tacos.synthesizer import synthesize_tenants
 from tacos.topology import Topology
@@ -498,8 +499,9 @@ def _best_key(
     route: Router,
 ) -> tuple[SynthesisKey, CommGroup, float]:
     """Synthesize ``call`` for each chunk count tried and each of the first groups that run
-    it (:data:`~.workload_groups.MAX_CANDIDATE_GROUPS`; cached): the key, group and time
-    of the one fastest with all of ``runners`` running it (fewest chunks, then the
+    it (:data:`~.workload_groups.MAX_CANDIDATE_GROUPS`; cached), until one's algorithm
+    takes no longer with all of ``runners`` running it than on its own group: the key,
+    group and time of the one fastest with all of them (fewest chunks, then the
     earlier group, on ties)."""
     rank, node_id = call.node_ids[0]
     where = f"{workload.files[rank]}: node {node_id}"
@@ -516,6 +518,8 @@ def _best_key(
             time_us = together_time_us(cache[key], topology, runners, route)
             if best is None or time_us < best[2]:
                 best = (key, group, time_us)
+            if time_us <= round(cache[key].collective_time_us, ROUNDED_DIGITS):
+                break  # every group runs it as fast as its own group: no other to try
     assert best is not None
     return best
 

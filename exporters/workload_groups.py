@@ -27,8 +27,11 @@ from tacos.topology import Topology
 
 MAX_CANDIDATE_GROUPS: Final = 4
 """Groups sharing a node that the algorithm is synthesized for (the first ones, in the order
-the workload lists them): each synthesis is one group's, and groups that are translates of
-each other give the same time, so a handful covers the distinct shapes of usual layouts."""
+the workload lists them), stopping at the first whose algorithm runs on every group as fast
+as on its own: groups along a cluster's rails or in its servers stop at the first (dgx:32x8,
+eight rail groups of 32 GPUs, 16 MiB All-Reduce: 18.6 s, 7.6 s of it replaying the groups
+together; 11.6 s when the first group alone was timed). Groups that are translates of each
+other give the same time, so a handful covers the distinct shapes of usual layouts."""
 
 
 def sharing_groups(

@@ -14,7 +14,8 @@ How: every message of the schedule (an NPU-to-NPU chain of transfers,
 group's NPUs at the same positions, over the links ``route`` gives (the route
 the simulator that runs the ETs takes), waiting for the same messages as in the
 schedule, and all groups' messages are replayed together
-(:func:`tacos.simulate.replay_times`). An NPU's program sends in the schedule's
+(:func:`tacos.synthesizer.list_scheduling.replayed`: as :mod:`tacos.simulate`
+replays, compiled when large). An NPU's program sends in the schedule's
 order: per link it sent on in the schedule, a message leaves after the one
 before it on that link, and over a direct link in the paper's link model (which
 holds the link until the message arrives) only once that one has arrived; a
@@ -31,11 +32,13 @@ which keep its order of sends.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from tacos.errors import TacosError
-from tacos.schedule import Op, Schedule, Transfer
-from tacos.simulate import replay_times
+from tacos.schedule import Op, Schedule, Transfer, message_chains
+from tacos.synthesizer.list_scheduling import replayed
 from tacos.topology import Link, Topology
+from tacos.transfers import TransferTable
 
 Route = Sequence[int]
 """Link ids of ``network``, in order, from one NPU to another."""
@@ -64,11 +67,52 @@ def replicated_time_us(
                 f"a group of {len(group)} NPUs cannot run a schedule for {width} NPUs; "
                 "give groups of the schedule's size"
             )
+    program = _messages(schedule)
     routed = _Routed(network)
     for group in groups:
-        routed.add(schedule, group, route)
-    _, end_us = replay_times(routed.transfers, routed.topology, schedule.collective.chunk_bytes)
-    return round(max(end_us, default=0.0), ROUNDED_DIGITS)
+        routed.add(program, group, route)
+    table = TransferTable.from_transfers(routed.transfers)
+    _, end_us = replayed(table, routed.topology, schedule.collective.chunk_bytes)
+    return round(float(end_us.max(initial=0.0)), ROUNDED_DIGITS)
+
+
+class _Message(NamedTuple):
+    """A message of the schedule as every copy sends it."""
+
+    src: int
+    dst: int
+    chunk: int
+    op: Op
+    """What the receiver does with it: the op of its last hop."""
+    start_us: float
+    """When the schedule starts it: the order an NPU's sends keep."""
+    queue: int
+    """What it waits its turn on at its sender: the link it left on, or -1 for the
+    sender's one port."""
+    after_arrival: bool
+    """Whether the next message of its queue waits for it to arrive (module docs)."""
+    waits_for: tuple[int, ...]
+    """Messages (indices in send order) whose arrival it waits for."""
+
+
+def _messages(schedule: Schedule) -> list[_Message]:
+    """``schedule``'s messages in the order they start (module docs)."""
+    sent = list(schedule.transfers)  # a table makes a Transfer at every access
+    chains = sorted(
+        message_chains(sent, schedule.topology), key=lambda chain: (sent[chain[0]].start, chain[0])
+    )
+    ending = {chain[-1]: index for index, chain in enumerate(chains)}
+    one_port = schedule.sends_in_flight == 1
+    holding = schedule.topology.cost.link_model == "paper"
+    messages = []
+    for chain in chains:
+        first, last = sent[chain[0]], sent[chain[-1]]
+        messages.append(
+            _Message(first.src, last.dst, first.chunk, last.op, first.start,
+                     -1 if one_port else first.link, one_port or (holding and len(chain) == 1),
+                     tuple(ending[d] for d in first.deps))
+        )  # fmt: skip
+    return messages
 
 
 class _Routed:
@@ -99,40 +143,34 @@ class _Routed:
         return len(self.links) - 1
 
     def add(
-        self, schedule: Schedule, group: Sequence[int], route: Callable[[int, int], Route]
+        self, program: Sequence[_Message], group: Sequence[int], route: Callable[[int, int], Route]
     ) -> None:
-        """Add ``group``'s copy of every message of ``schedule`` to :attr:`transfers`: into
-        the sender's router, along the route, out to the receiver (which adds it in
-        where the schedule's last hop did), in the order and with the waits of the
-        module docs. Each copy's chunks are numbered apart from the others'."""
-        sent = schedule.transfers
-        chains = sorted(schedule.messages(), key=lambda chain: (sent[chain[0]].start, chain[0]))
-        message_ending = {chain[-1]: index for index, chain in enumerate(chains)}
-        chunk_offset = self.copies * (1 + max((t.chunk for t in sent), default=0))
+        """Add ``group``'s copy of every message to :attr:`transfers`: into the sender's
+        router, along the route, out to the receiver (which adds it in where the
+        schedule's last hop did), in the order and with the waits of the module docs.
+        Each copy's chunks are numbered apart from the others'."""
+        chunk_offset = self.copies * (1 + max((m.chunk for m in program), default=0))
         self.copies += 1
-        one_port = schedule.sends_in_flight == 1
-        holding = schedule.topology.cost.link_model == "paper"
         arrived_before: dict[tuple[int, int], int] = {}  # (NPU, queue) -> last hop to wait for
-        last_hops: list[int] = []  # per message (in ``chains`` order), this copy's last hop
-        for chain in chains:
-            first, last = sent[chain[0]], sent[chain[-1]]
-            src, dst = group[first.src], group[last.dst]
-            queue = (src, -1 if one_port else first.link)
+        last_hops: list[int] = []  # per message, this copy's last hop
+        for message in program:
+            src, dst = group[message.src], group[message.dst]
+            queue = (src, message.queue)
             if queue not in self.into_router:
                 self.into_router[queue] = self._instant(src, self._node(src))
-            deps = {last_hops[message_ending[d]] for d in first.deps}
+            deps = {last_hops[index] for index in message.waits_for}
             if queue in arrived_before:
                 deps.add(arrived_before[queue])
             hops = [self.into_router[queue], *route(src, dst), self.out_of_router[dst]]
             for hop, link in enumerate(hops):
                 into = self.links[link]
-                op = last.op if hop == len(hops) - 1 else Op.COPY
+                op = message.op if hop == len(hops) - 1 else Op.COPY
                 # Recorded starts order an NPU's sends; the replay re-times everything.
                 self.transfers.append(
-                    Transfer(chunk_offset + first.chunk, into.src, into.dst, link, first.start,
-                             first.start, op, tuple(sorted(deps)))
+                    Transfer(chunk_offset + message.chunk, into.src, into.dst, link,
+                             message.start_us, message.start_us, op, tuple(sorted(deps)))
                 )  # fmt: skip
                 deps = {len(self.transfers) - 1}
             last_hops.append(len(self.transfers) - 1)
-            if one_port or (holding and len(chain) == 1):
+            if message.after_arrival:
                 arrived_before[queue] = last_hops[-1]
