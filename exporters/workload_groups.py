@@ -23,7 +23,7 @@ from tacos.formats.astrasim import AnalyticalNetwork, ring_path
 from tacos.formats.workload import WHOLE_NETWORK, CollectiveCall, CommGroup
 from tacos.replicas import Route, replicated_time_us
 from tacos.schedule import Schedule
-from tacos.topology import Topology
+from tacos.topology import Link, Topology
 
 MAX_CANDIDATE_GROUPS: Final = 4
 """Groups sharing a node that the algorithm is synthesized for (the first ones, in the order
@@ -32,6 +32,10 @@ as on its own: groups along a cluster's rails or in its servers stop at the firs
 eight rail groups of 32 GPUs, 16 MiB All-Reduce: 18.6 s, 7.6 s of it replaying the groups
 together; 11.6 s when the first group alone was timed). Groups that are translates of each
 other give the same time, so a handful covers the distinct shapes of usual layouts."""
+
+ROUTE_BYTES: Final = 2**20
+"""The message size routes are fastest for where the network has no routing rule of its
+own (a route rarely depends on it)."""
 
 
 def sharing_groups(
@@ -55,17 +59,24 @@ def sharing_groups(
 
 class Router:
     """Messages between NPUs routed as ASTRA-sim routes them on ``network``: a single
-    Ring dimension by :func:`~tacos.formats.astrasim.ring_path`; anything else by fewest
-    hops (a switch, direct links; several dimensions, whose congestion-unaware backend
-    has no shared links, by the fewest hops our cost model sees)."""
+    Ring dimension by :func:`~tacos.formats.astrasim.ring_path`; anything else (a switch,
+    direct links, several dimensions, a network ASTRA-sim cannot express) the fastest
+    way for a message of :data:`ROUTE_BYTES`, as the synthesizer routes a group's
+    messages through the NPUs outside it (the one path a Switch or FullyConnected
+    dimension has)."""
 
     def __init__(self, topology: Topology, network: Sequence[AnalyticalNetwork] | None) -> None:
         self.topology = topology
         self.ring = len(network) == 1 and network[0].kind == "Ring" if network else False
-        self.link_between: dict[tuple[int, int], int] = {}
+        self.link_between: dict[tuple[int, int], int] = {}  # the fastest of parallel links
         for index, link in enumerate(topology.links):
-            self.link_between.setdefault((link.src, link.dst), index)
-        self.graph = nx.DiGraph(list(self.link_between))
+            pair = (link.src, link.dst)
+            fastest = self.link_between.get(pair)
+            if fastest is None or _us(link) < _us(topology.links[fastest]):
+                self.link_between[pair] = index
+        self.graph = nx.DiGraph()
+        for (src, dst), index in self.link_between.items():
+            self.graph.add_edge(src, dst, us=_us(topology.links[index]))
         self._routes: dict[tuple[int, int], Route] = {}
 
     def __call__(self, src: int, dst: int) -> Route:
@@ -74,10 +85,14 @@ class Router:
             if self.ring:
                 nodes = ring_path(self.topology.num_npus, src, dst)
             else:
-                nodes = nx.shortest_path(self.graph, src, dst)
+                nodes = nx.shortest_path(self.graph, src, dst, weight="us")
             route = [self.link_between[pair] for pair in zip(nodes, nodes[1:], strict=False)]
             self._routes[(src, dst)] = route
         return route
+
+
+def _us(link: Link) -> float:
+    return link.transfer_time_us(ROUTE_BYTES)
 
 
 def together_time_us(

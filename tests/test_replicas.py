@@ -19,6 +19,7 @@ from tacos.formats.astrasim import AnalyticalNetwork, ring_path
 from tacos.linkmodel import CostModel
 from tacos.replicas import replicated_time_us
 from tacos.schedule import Schedule
+from tacos.topology import Link, Topology
 
 RING8 = [AnalyticalNetwork("Ring", 8, 50.0, 500.0)]
 
@@ -101,3 +102,11 @@ def test_a_group_of_another_size_is_refused():
 )
 def test_a_ring_message_goes_clockwise_unless_anticlockwise_is_shorter(src, dst, path):
     assert ring_path(8, src, dst) == path
+
+
+def test_without_a_routing_rule_a_message_goes_the_fastest_way():
+    slow, fast = Link(0, 1, 10.0, 1.0), Link(0, 1, 100.0, 1.0)
+    hops = (Link(0, 2, 100.0, 0.5), Link(2, 1, 100.0, 0.5))  # through a switch, no slower
+    pair = Topology(2, (slow, fast, *hops, Link(1, 0, 50.0, 1.0)), num_switches=1)
+    assert Router(pair, None)(0, 1) == [1]
+    assert Router(pair, None)(1, 0) == [4]
