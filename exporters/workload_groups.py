@@ -15,6 +15,7 @@ other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Final
 
 import networkx as nx
@@ -68,16 +69,25 @@ class Router:
     def __init__(self, topology: Topology, network: Sequence[AnalyticalNetwork] | None) -> None:
         self.topology = topology
         self.ring = len(network) == 1 and network[0].kind == "Ring" if network else False
-        self.link_between: dict[tuple[int, int], int] = {}  # the fastest of parallel links
-        for index, link in enumerate(topology.links):
-            pair = (link.src, link.dst)
-            fastest = self.link_between.get(pair)
-            if fastest is None or _us(link) < _us(topology.links[fastest]):
-                self.link_between[pair] = index
-        self.graph = nx.DiGraph()
-        for (src, dst), index in self.link_between.items():
-            self.graph.add_edge(src, dst, us=_us(topology.links[index]))
         self._routes: dict[tuple[int, int], Route] = {}
+
+    @cached_property
+    def link_between(self) -> dict[tuple[int, int], int]:
+        """Per pair of nodes, the fastest of the links between them (built when a first
+        route is asked for: most workloads have no group sharing a node)."""
+        fastest: dict[tuple[int, int], int] = {}
+        for index, link in enumerate(self.topology.links):
+            pair = (link.src, link.dst)
+            if pair not in fastest or _us(link) < _us(self.topology.links[fastest[pair]]):
+                fastest[pair] = index
+        return fastest
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        graph = nx.DiGraph()
+        for (src, dst), index in self.link_between.items():
+            graph.add_edge(src, dst, us=_us(self.topology.links[index]))
+        return graph
 
     def __call__(self, src: int, dst: int) -> Route:
         route = self._routes.get((src, dst))

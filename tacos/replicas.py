@@ -68,9 +68,10 @@ def replicated_time_us(
                 "give groups of the schedule's size"
             )
     program = _messages(schedule)
+    chunks = 1 + max((message.chunk for message in program), default=0)
     routed = _Routed(network)
-    for group in groups:
-        routed.add(program, group, route)
+    for index, group in enumerate(groups):
+        routed.add(program, group, route, index * chunks)
     table = TransferTable.from_transfers(routed.transfers)
     _, end_us = replayed(table, routed.topology, schedule.collective.chunk_bytes)
     return round(float(end_us.max(initial=0.0)), ROUNDED_DIGITS)
@@ -127,7 +128,6 @@ class _Routed:
         self.out_of_router = {npu: self._instant(self._node(npu), npu) for npu in network.npus}
         self.into_router: dict[tuple[int, int], int] = {}  # (NPU, queue) -> link
         self.transfers: list[Transfer] = []
-        self.copies = 0
 
     @property
     def topology(self) -> Topology:
@@ -143,14 +143,16 @@ class _Routed:
         return len(self.links) - 1
 
     def add(
-        self, program: Sequence[_Message], group: Sequence[int], route: Callable[[int, int], Route]
+        self,
+        program: Sequence[_Message],
+        group: Sequence[int],
+        route: Callable[[int, int], Route],
+        chunk_offset: int,
     ) -> None:
         """Add ``group``'s copy of every message to :attr:`transfers`: into the sender's
         router, along the route, out to the receiver (which adds it in where the
         schedule's last hop did), in the order and with the waits of the module docs.
-        Each copy's chunks are numbered apart from the others'."""
-        chunk_offset = self.copies * (1 + max((m.chunk for m in program), default=0))
-        self.copies += 1
+        Its chunks are numbered from ``chunk_offset``, apart from other copies'."""
         arrived_before: dict[tuple[int, int], int] = {}  # (NPU, queue) -> last hop to wait for
         last_hops: list[int] = []  # per message, this copy's last hop
         for message in program:
