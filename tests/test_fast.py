@@ -41,9 +41,13 @@ def random_topology(rnd, n):
     return Topology(n, tuple(links + links[:2]), name="random")
 
 
-def both_engines(topo, spec, seed, policy):
-    reference = tacos.synthesize(topo, spec, seed=seed, policy=policy, engine="reference")
-    compiled = tacos.synthesize(topo, spec, seed=seed, policy=policy, engine="fast")
+def both_engines(topo, spec, seed, policy, sends_in_flight=None):
+    reference, compiled = (
+        tacos.synthesize(
+            topo, spec, seed=seed, policy=policy, engine=engine, sends_in_flight=sends_in_flight
+        )  # fmt: skip
+        for engine in ("reference", "fast")
+    )
     return reference, compiled
 
 
@@ -65,6 +69,33 @@ def test_fast_makes_the_reference_schedule(name, kind, policy):
     assert compiled.meta == {**reference.meta, "engine": "fast"}
     assert compiled.to_json() == reference.to_json().replace('"reference"', '"fast"')
     assert tacos.verify(compiled).ok and tacos.verify(reference).ok
+
+
+@pytest.mark.parametrize(
+    "name", ["ring:6", "mesh2d:4x5", "torus2d:4x4", "hypercube:4", "hetero", *SWITCHED]
+)
+@pytest.mark.parametrize("kind", [AG, RS, AR])
+def test_fast_makes_the_reference_schedule_for_one_port_npus(name, kind):
+    """A port limit stops a node's sends while its messages are on their way, and with it
+    no link leaves chunks to faster ones or is overtaken: both engines alike."""
+    topo = heterogeneous_mesh(4, 3) if name == "hetero" else tacos.from_spec(name)
+    spec = Collective(kind, tuple(topo.npus), 2, 2**20)
+    reference, compiled = both_engines(topo, spec, 5, "rarest", sends_in_flight=1)
+    assert list(compiled.transfers) == list(reference.transfers)
+    assert compiled.meta == {**reference.meta, "engine": "fast"}
+    assert compiled.sends_in_flight == 1 and tacos.verify(compiled).ok
+
+
+def test_fast_matches_with_port_limits_on_random_topologies():
+    rnd = random.Random(13)
+    for trial in range(24):
+        npus = rnd.randint(2, 9)
+        topo = random_switched_topology(rnd, npus) if trial % 2 else random_topology(rnd, npus)
+        kind = rnd.choice([AG, RS, AR])
+        spec = Collective(kind, tuple(topo.npus), rnd.choice([1, 3, 20]), rnd.choice([1, 2**20]))
+        policy, ports = rnd.choice(["rarest", "random"]), rnd.choice([1, 2, 3])
+        reference, compiled = both_engines(topo, spec, rnd.randrange(10**6), policy, ports)
+        assert list(compiled.transfers) == list(reference.transfers), trial
 
 
 def test_fast_matches_on_random_heterogeneous_topologies_and_many_chunks():
@@ -164,7 +195,7 @@ def test_auto_takes_the_fast_engine_only_where_it_applies():
     subset = Collective(AG, tuple(range(0, 100, 2)))
     assert tacos.synthesize(mesh, subset).meta["engine"] == "reference"
     one_port = tacos.synthesize(mesh, spec, sends_in_flight=1)
-    assert one_port.meta["engine"] == "reference"
+    assert one_port.meta["engine"] == "fast"
 
 
 def test_progress_reaches_the_total_with_the_fast_engine():

@@ -343,7 +343,7 @@ def fastest_greedy(
         delivery = on_delivery if reports else None
         own_first, near = attempt
         if engine == "fast":
-            fast = FastSettings(rng, policy, delivery, own_first, near)
+            fast = FastSettings(rng, policy, sends_in_flight, delivery, own_first, near)
             return fast_transfers(topology, tenants.specs[0], fast)
         settings = Settings(rng, policy, sends_in_flight, delivery, own_first, near)
         return synthesize_transfers(topology, tenants, settings)

@@ -694,13 +694,15 @@ def run_fabric_spread(
     rarest: bool,
     compare_all_up_to: int,
     index_offset: int,
+    ports: int,
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The reference's spread: transfers in decision order, and how many chunks are missing.
 
     Chunk ``c`` starts on ``source_node[c]`` at ``source_time[c]``; ``wanted``
-    counts the (NPU, chunk) pairs to deliver. Returns
+    counts the (NPU, chunk) pairs to deliver; ``ports`` > 0 is the reference's
+    ``sends_in_flight`` (:mod:`._kernels`' ``run_spread`` says what it changes). Returns
     chunk, link, start, end and dependency of every transfer (a transfer
     index plus ``index_offset``, or ``-2 - c``: the source dependencies of
     chunk ``c``), and the wanted chunks never delivered (0 unless stuck).
@@ -718,6 +720,7 @@ def run_fabric_spread(
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
     sender_of = np.empty(1024, np.int64)  # per transfer written (the out_* rows)
+    outstanding = np.zeros(num_nodes, np.int64)  # per node, its messages on their way
     # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
     key_cover = np.zeros((num_nodes, max_keys), np.int64)
@@ -862,7 +865,7 @@ def run_fabric_spread(
     group_tables = (num_groups, group_cover, group_first, group_size, group_pos, witness)
     scan_scratch = (stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover)
     spread = (holds, taken, copies, free_at, arrived_by, held, gained, none_since, looking_again,
-              covers, watch, watch_head)  # fmt: skip
+              covers, watch, watch_head, outstanding)  # fmt: skip
     flights = (start_holds, flight_chunk, flight_row, flight_start, overtaken, late, landed)
     matchings = (matching_free, first_uplink, last_uplink, next_uplink, member_link, member_by,
                 member_own, tight_ptr, tight_pos, tight_cover, tight_node, owner, visited,
@@ -875,7 +878,7 @@ def run_fabric_spread(
         topo, fabric_tables, group_tables, scan_scratch, spread, owned, flights, matchings,
         scratch, (ev_times, ev_rows),
         (out_chunk, out_link, out_start, out_end, out_dep, sender_of), state, num_chunks,
-        rarest, compare_all_up_to, index_offset, max_hops, mt, counters,
+        rarest, compare_all_up_to, index_offset, max_hops, ports, mt, counters,
     ):  # fmt: skip
         # It stopped for room: enough for the next instant at least.
         events_short, rows_short = _short_of_room(
@@ -942,6 +945,7 @@ def _run_instants(
     compare_all_up_to: int,
     index_offset: int,
     max_hops: int,
+    ports: int,
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> bool:
@@ -952,7 +956,7 @@ def _run_instants(
      rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, dag_of_link, dag_node_ptr,
      dag_nodes, matching_of_link, source_node) = topo  # fmt: skip
     (holds, taken, copies, free_at, arrived_by, held, gained, none_since, looking_again,
-     covers, watch, watch_head) = spread  # fmt: skip
+     covers, watch, watch_head, outstanding) = spread  # fmt: skip
     start_holds, flight_chunk, flight_row, flight_start, overtaken, late, landed = flights
     (matching_free, first_uplink, last_uplink, next_uplink, member_link, member_by,
      member_own, tight_ptr, tight_pos, tight_cover, tight_node, owner, visited, search,
@@ -998,6 +1002,7 @@ def _run_instants(
                     own_held[node] += 1
                 _cover_gain(node, chunk, covers, watch, watch_head)
             else:
+                outstanding[sender_of[a]] -= 1
                 num_touched = touch(sender_of[a], is_touched, touched, num_touched)
                 last = out_link[a]
                 if flight_row[last] == a:
@@ -1080,11 +1085,13 @@ def _run_instants(
                 num_members = 0
                 lk = first_uplink[matching]
                 while lk >= 0:
-                    ties, decision, sends_own = _soonest_takers(
-                        lk, link_src[lk], now, decision, fabric_tables, covers, group_tables,
-                        holds, held, gained, none_since, owned,
-                        free_at, scan_scratch,
-                    )  # fmt: skip
+                    ties, sends_own = 0, False
+                    if not ports or outstanding[link_src[lk]] < ports:
+                        ties, decision, sends_own = _soonest_takers(
+                            lk, link_src[lk], now, decision, fabric_tables, covers, group_tables,
+                            holds, held, gained, none_since, owned,
+                            free_at, scan_scratch,
+                        )  # fmt: skip
                     first = tight_ptr[num_members]
                     base = dag_node_ptr[dag_of_link[lk]]
                     _ties_by_id(ties, dest_pos, dest_cover, cover_at)
@@ -1120,16 +1127,23 @@ def _run_instants(
                         )
                         continue
                 u = link_src[link]
+                if ports and outstanding[u] >= ports:
+                    continue
                 dag = dag_of_link[link]
                 chosen_chunk, hops, v, overtaking = -1, 0, -1, False
                 if dag < 0:
                     v = link_dst[link]
-                    may_overtake = slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
+                    overtakable = not ports and slow_in_ptr[v] < slow_in_ptr[v + 1]
+                    may_overtake = overtakable and find_overtakes(
                         link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
                         flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
                     )  # fmt: skip
                     again = -1.0
-                    if rivals_ptr[link] < rivals_ptr[link + 1] and sends_some(u, v, holds, taken):
+                    if (
+                        not ports
+                        and rivals_ptr[link] < rivals_ptr[link + 1]
+                        and sends_some(u, v, holds, taken)
+                    ):
                         again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
                                                 link_time, free_at, holds, taken, num_chunks,
                                                 rival_cap, rival_src, only_within)  # fmt: skip
@@ -1219,6 +1233,7 @@ def _run_instants(
                 ev_size += 1
                 seq += 1
                 sender_of[count - 1] = u
+                outstanding[u] += 1
                 taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
                 _cover_gain(v, chunk, covers, watch, watch_head)
                 if not overtaking:  # else the overtaken copy's count stands for this one

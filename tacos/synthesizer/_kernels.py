@@ -812,6 +812,7 @@ def run_spread(
     compare_all_up_to: int,
     arrival_lookahead: int,
     pick_lookahead: int,
+    ports: int,
     # state (kept between calls)
     holds: np.ndarray,
     taken: np.ndarray,
@@ -828,6 +829,7 @@ def run_spread(
     flight_row: np.ndarray,
     overtaken: np.ndarray,
     start_holds: np.ndarray,
+    outstanding: np.ndarray,
     mt: np.ndarray,
     counters: np.ndarray,
     # scratch
@@ -870,10 +872,15 @@ def run_spread(
     see :func:`find_overtakes`), which it counts too: ``rebound_row`` and
     ``rebound_chunk`` say which row (counting the rows of earlier calls,
     ``counters[C_ROWS]``) now carries which chunk (-1: dropped).
+
+    ``ports`` > 0 is the reference's ``sends_in_flight``: a node with that many
+    transfers on their way (``outstanding``) sends nothing, and no link leaves
+    chunks to rivals or is overtaken.
     """
     num_links = link_src.shape[0]
     num_sources = source_time.shape[0]
-    overtakable = slow_in.shape[0] > 0  # no links with faster rivals (one speed): none ever
+    # no links with faster rivals (one speed), or a port limit: nothing is ever overtaken
+    overtakable = slow_in.shape[0] > 0 and ports == 0
     capacity = out_chunk.shape[0]
     while True:
         if counters[C_REMAINING] == 0:
@@ -927,6 +934,7 @@ def run_spread(
                 continue
             flight_chunk[link] = -1
             sender = link_src[link]  # the reference re-offers a sender's links on arrival
+            outstanding[sender] -= 1
             num_touched = touch(sender, is_touched, touched, num_touched)
             if overtakable and overtaken[link]:  # bound below, with the others landing now
                 landed[num_landed] = link
@@ -1005,6 +1013,8 @@ def run_spread(
                     prefetch(block_count, ahead, block)
             link = order[i]
             u, v = link_src[link], link_dst[link]
+            if ports and outstanding[u] >= ports:
+                continue
             # With chunks to overtake, v's taken row is changed for this decision, so the
             # link's counts do not apply: the choice reads the bit sets (pick_chunk).
             may_overtake = overtakable and slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
@@ -1012,8 +1022,14 @@ def run_spread(
                 flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
             )  # fmt: skip
             again = -1.0
-            if rivals_ptr[link] < rivals_ptr[link + 1] and (
-                sends_some(u, v, holds, taken) if may_overtake else _sendable(block_count, link) > 0
+            if (
+                not ports
+                and rivals_ptr[link] < rivals_ptr[link + 1]
+                and (
+                    sends_some(u, v, holds, taken)
+                    if may_overtake
+                    else _sendable(block_count, link) > 0
+                )
             ):
                 again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
                                         link_time, free_at, holds, taken, copies.shape[0],
@@ -1044,6 +1060,7 @@ def run_spread(
                     left_chunks[link] = False
                     counters[C_LATE] += 1
                 sent[link] = chunk
+                outstanding[u] += 1
                 flight_chunk[link] = chunk  # now: a faster link may overtake it this event
                 if overtakable and rival_slot[link] >= 0:
                     for w in range(holds.shape[1]):

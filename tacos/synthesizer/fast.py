@@ -60,7 +60,7 @@ from tacos.synthesizer.greedy import (
 )
 from tacos.synthesizer.ownership import collective_owners, owner_layouts
 from tacos.synthesizer.routes import rarest_neighbours
-from tacos.synthesizer.timing import shorten_tail
+from tacos.synthesizer.timing import retime_asap, shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -79,7 +79,8 @@ process next (see _kernels.prefetch): 4 measured 12% faster than none at 16,384 
 def fast_unsupported(
     topology: Topology, collectives: tuple[Collective, ...], sends_in_flight: int | None
 ) -> str | None:
-    """Why the fast engine cannot synthesize this problem, or None when it can."""
+    """Why the fast engine cannot synthesize this problem, or None when it can (with or
+    without a port limit: ``sends_in_flight`` changes nothing here)."""
     if not topology.cost.is_default:
         return f"it models the paper's links and free reductions, not {topology.cost.describe()}"
     if len(collectives) != 1:
@@ -89,8 +90,6 @@ def fast_unsupported(
         return f"{spec.kind} is not All-Gather, Reduce-Scatter or All-Reduce"
     if len(spec.ranks) != topology.num_npus:
         return "the ranks are a subset of the NPUs (relays need the reference)"
-    if sends_in_flight is not None:
-        return "NPUs send a limited number of messages at once"
     if spec.num_chunks >= 2**31 or len(topology.links) >= 2**31:
         return "more than 2**31 chunks or links"
     return None
@@ -164,6 +163,7 @@ def spread_blocks(
     *,
     link_free_at: np.ndarray | None = None,
     on_delivery: DeliveryCallback | None = None,
+    sends_in_flight: int | None = None,
 ) -> Iterator[Block]:
     """Run :func:`tacos.synthesizer.greedy.greedy_spread` compiled, yielding transfer blocks.
 
@@ -171,7 +171,9 @@ def spread_blocks(
     they are full, so a caller may stream them to disk instead of keeping them.
     ``rng`` advances exactly as the reference advances it.
     """
-    state = _SpreadKernel(topology, sources, num_chunks, chunk_bytes, rng, policy, link_free_at)
+    state = _SpreadKernel(
+        topology, sources, num_chunks, chunk_bytes, rng, policy, link_free_at, sends_in_flight
+    )
     while True:
         status, block, delivered = state.run()
         if on_delivery and delivered:
@@ -200,6 +202,7 @@ class _SpreadKernel:
         rng: random.Random,
         policy: ChunkPolicy,
         link_free_at: np.ndarray | None,
+        sends_in_flight: int | None,
     ) -> None:
         n, num_links = topology.num_nodes, len(topology.links)
         words = (num_chunks + 63) // 64
@@ -222,6 +225,8 @@ class _SpreadKernel:
         self.source_node = np.ascontiguousarray(sources.node[order], np.int64)
         self.source_chunk = np.ascontiguousarray(sources.chunk[order], np.int64)
         self.policy = K.RANDOM if policy == "random" else K.RAREST
+        self.ports = sends_in_flight or 0  # 0: no port limit
+        self.outstanding = np.zeros(n, np.int64)  # per node, its transfers on their way
 
         # Rows padded to whole cache lines, so a block of a row is one line, not two.
         self.holds = _line_aligned_zeros(n, blocks * K.BLOCK, np.uint64)
@@ -294,11 +299,12 @@ class _SpreadKernel:
             self.rivals_ptr, self.rivals, self.slow_in_ptr, self.slow_in, self.rival_slot,
             self.link_class, self.class_time,
             self.source_time, self.source_node, self.source_chunk, self.policy,
-            RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD,
+            RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD, self.ports,
             self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.looking_again, self.left_chunks, self.flight_start,
-            self.flight_row, self.overtaken, self.start_holds, self.mt, self.counters,
+            self.flight_row, self.overtaken, self.start_holds, self.outstanding, self.mt,
+            self.counters,
             self.marked, self.candidates, self.order, self.sent, self.touched, self.is_touched,
             self.class_head, self.class_tail, self.class_order, self.pool, self.planes,
             self.rival_cap, self.rival_src, self.only_within, self.late, self.landed,
@@ -343,10 +349,11 @@ def _line_aligned_zeros(rows: int, columns: int, dtype: type) -> np.ndarray:
 # ---------------------------------------------------------------- collectives on arrays
 @dataclass(frozen=True)
 class FastSettings:
-    """The reference's :class:`~tacos.synthesizer.collectives.Settings`, minus the port limit."""
+    """The reference's :class:`~tacos.synthesizer.collectives.Settings`."""
 
     rng: random.Random
     policy: ChunkPolicy = "rarest"
+    sends_in_flight: int | None = None
     on_delivery: DeliveryCallback | None = None
     own_first: bool = True
     near_fraction: float = 1.0
@@ -378,6 +385,7 @@ def _spread(
     ones and then sent after all (``Block.late``): otherwise a free link with
     something to send is matched at once, so each transfer already starts when
     its link is free and its chunk has arrived, which is what re-timing computes.
+    Under a port limit it re-times as the reference does (:func:`_retimed`).
     ``tests/test_fast.py`` checks the result against the reference's.
     """
     if topology.num_nodes * spec.num_chunks > IN_MEMORY_PAIRS:
@@ -398,14 +406,15 @@ def _spread(
             settings.policy,
             link_free_at=link_free_at,
             on_delivery=settings.on_delivery,
+            sends_in_flight=settings.sends_in_flight,
         )
     )
     offset = 0 if earlier is None else len(earlier)
     spread = spread_table(topology, blocks, sources, spec.chunk_bytes, offset)
     table = spread if earlier is None else _in_start_order(_concat(earlier, spread))
-    if any(block.late for block in blocks):
-        table = retime_npu_links(table, topology, spec.chunk_bytes)
-    return _shorten_tail(table, topology, spec.chunk_bytes)
+    if any(block.late for block in blocks) or settings.sends_in_flight is not None:
+        table = _retimed(table, topology, spec.chunk_bytes, settings.sends_in_flight)
+    return _shorten_tail(table, topology, spec.chunk_bytes, settings.sends_in_flight)
 
 
 def _fabric_spread(
@@ -427,18 +436,37 @@ def _fabric_spread(
         topology, sources.node, sources.time, sources.deps_ptr, sources.deps, spec.chunk_bytes,
         settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
         own_first=settings.own_first, near_fraction=settings.near_fraction,
+        sends_in_flight=settings.sends_in_flight,
     )  # fmt: skip
     if settings.on_delivery:
         settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)
     combined = spread if earlier is None else _concat(earlier, spread)
-    replayed = replay_table(combined, topology, spec.chunk_bytes)
-    return _shorten_tail(replayed, topology, spec.chunk_bytes)
+    replayed = _retimed(combined, topology, spec.chunk_bytes, settings.sends_in_flight)
+    return _shorten_tail(replayed, topology, spec.chunk_bytes, settings.sends_in_flight)
 
 
-def _shorten_tail(table: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
+def _retimed(
+    table: TransferTable, topology: Topology, chunk_bytes: int, sends_in_flight: int | None
+) -> TransferTable:
+    """The reference's ``retime_asap`` of ``table`` (put in start order): compiled without
+    a port limit, else the replay of :mod:`tacos.simulate` itself (the compiled ones have
+    no ports; about 7 us a transfer)."""
+    if sends_in_flight is not None:
+        in_order = list(_in_start_order(table))
+        return TransferTable.from_transfers(
+            retime_asap(in_order, topology, chunk_bytes, sends_in_flight)
+        )
+    if topology.num_switches:  # the compiled replay orders each NPU's link by start itself
+        return replay_table(table, topology, chunk_bytes)
+    return retime_npu_links(_in_start_order(table), topology, chunk_bytes)
+
+
+def _shorten_tail(
+    table: TransferTable, topology: Topology, chunk_bytes: int, sends_in_flight: int | None
+) -> TransferTable:
     """The reference's :func:`.shorten_tail` (which it runs after every spread)."""
     return shorten_tail(
-        table, topology, lambda swapped: replay_table(swapped, topology, chunk_bytes)
+        table, topology, lambda swapped: _retimed(swapped, topology, chunk_bytes, sends_in_flight)
     )
 
 
@@ -501,10 +529,7 @@ def _reduce_scatter(
         ptr,
         forwarded_by,
     )
-    if topology.num_switches:
-        return replay_table(backwards, topology, spec.chunk_bytes)
-    in_order = backwards.take(np.lexsort((backwards.link, backwards.start)))
-    return retime_npu_links(in_order, topology, spec.chunk_bytes)
+    return _retimed(backwards, topology, spec.chunk_bytes, settings.sends_in_flight)
 
 
 def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:

@@ -166,6 +166,7 @@ def fabric_spread(
     index_offset: int = 0,
     own_first: bool = True,
     near_fraction: float = 1.0,
+    sends_in_flight: int | None = None,
 ) -> TransferTable:
     """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU.
 
@@ -188,8 +189,8 @@ def fabric_spread(
         arrays.matching_of_link, arrays.one_uplink & own_first, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
         np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
-        policy == "rarest", RAREST_COMPARE_ALL, index_offset, random_state.mt,
-        random_state.counters,
+        policy == "rarest", RAREST_COMPARE_ALL, index_offset, sends_in_flight or 0,
+        random_state.mt, random_state.counters,
     )  # fmt: skip
     random_state.save()
     if missing:
