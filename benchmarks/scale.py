@@ -1,7 +1,7 @@
 """Scale report: All-Gather synthesis time, peak memory and quality from 64 to 40,000 NPUs.
 
 Run: ``python benchmarks/scale.py [--big | --clusters] [--policy rarest random] [--chunks 1]
-[--timeout SECONDS]``
+[--sends-in-flight K] [--engine auto|fast|reference] [--timeout SECONDS]``
 
 For every topology (2D meshes and tori, 3D tori; 64..4096 NPUs, and with
 ``--big`` 16,384- and 40,000-NPU meshes; with ``--clusters`` DGX-like clusters
@@ -18,6 +18,11 @@ Up to 4096 NPUs, ``tacos.synthesize`` builds the schedule in memory and
 streamed to a file with :func:`tacos.stream.stream_all_gather` (16 bytes per
 transfer; 25.6 GB at 40,000 NPUs) in a temporary directory removed
 afterwards (``--keep DIR`` keeps them); they are not verified.
+
+``--sends-in-flight 1`` synthesizes for one-port NPUs (``--one-port``, as
+ASTRA-sim's standalone route runs them; the bound is still the unlimited one),
+built in memory and verified at every size (streaming has no port limit);
+``--engine reference`` against the default shows what the compiled engine saves.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ STREAM_ABOVE = 4096
 """Larger All-Gathers are streamed to disk instead of kept in memory."""
 
 
-def measure(spec: str, policy: str, chunks: int, engine: str, keep: str | None) -> dict[str, Any]:
+def measure(
+    spec: str, policy: str, chunks: int, engine: str, keep: str | None, ports: int | None
+) -> dict[str, Any]:
     """One point, in this process (called in a fresh subprocess by :func:`main`)."""
     import tacos
     from tacos.collective import Collective, CollectiveKind
@@ -59,7 +66,7 @@ def measure(spec: str, policy: str, chunks: int, engine: str, keep: str | None) 
     bound_s = time.perf_counter() - started
     with _progress_bar(spec) as progress:
         started = time.perf_counter()
-        if topo.num_npus > STREAM_ABOVE:
+        if topo.num_npus > STREAM_ABOVE and ports is None:
             where = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="tacos-scale-"))
             path = where / f"{spec.replace(':', '-')}-{policy}.bin"
             summary = stream_all_gather(topo, collective, path, policy=policy, progress=progress)
@@ -76,13 +83,14 @@ def measure(spec: str, policy: str, chunks: int, engine: str, keep: str | None) 
                 policy=policy,
                 engine=engine,
                 progress=progress,  # type: ignore[arg-type]
+                sends_in_flight=ports,
             )
             synth_s = time.perf_counter() - started
             count, finish = len(schedule.transfers), schedule.collective_time_us
             engine_used, written = str(schedule.meta["engine"]), 0
     synth_mib = _peak_mib()
     verify_s, ok = None, None
-    if topo.num_npus <= STREAM_ABOVE:
+    if topo.num_npus <= STREAM_ABOVE or ports is not None:
         started = time.perf_counter()
         report = tacos.verify(schedule)
         verify_s, ok = time.perf_counter() - started, report.ok
@@ -94,6 +102,7 @@ def measure(spec: str, policy: str, chunks: int, engine: str, keep: str | None) 
         "links": len(topo.links),
         "chunks": collective.num_chunks,
         "policy": policy,
+        "sends_in_flight": ports,
         "engine": engine_used,
         "transfers": count,
         "synth_s": synth_s,
@@ -137,13 +146,17 @@ def main() -> None:
     parser.add_argument("--policy", nargs="+", default=["rarest", "random"])
     parser.add_argument("--chunks", type=int, default=1, help="chunks per NPU")
     parser.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"])
+    parser.add_argument(
+        "--sends-in-flight", type=int, help="messages per NPU at once (1: one-port)"
+    )
     parser.add_argument("--keep", metavar="DIR", help="keep streamed schedules in DIR")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON lines")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # internal: run one point
     args = parser.parse_args()
     if args.point:
         spec, policy = args.point.split(",")
-        print(json.dumps(measure(spec, policy, args.chunks, args.engine, args.keep)))
+        row = measure(spec, policy, args.chunks, args.engine, args.keep, args.sends_in_flight)
+        print(json.dumps(row))
         return
 
     specs = args.topologies or (CLUSTERS if args.clusters else SMALL + (BIG if args.big else []))
@@ -159,6 +172,8 @@ def main() -> None:
                        "--chunks", str(args.chunks), "--engine", args.engine]  # fmt: skip
             if args.keep:
                 command += ["--keep", args.keep]
+            if args.sends_in_flight is not None:
+                command += ["--sends-in-flight", str(args.sends_in_flight)]
             # stderr stays the terminal's: the point's progress bar shows there.
             try:
                 done = subprocess.run(

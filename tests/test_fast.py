@@ -12,11 +12,13 @@ import pytest
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.simulate import replay_times
 from tacos.synthesizer import _kernels, fast, synthesize_tenants
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
-from tacos.synthesizer.fast_fabric import FabricArrays
+from tacos.synthesizer.fast_fabric import FabricArrays, replay_times_of
 from tacos.synthesizer.routes import Fabric, routes_from
 from tacos.topology import Link, Topology
+from tacos.transfers import TransferTable
 
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
 
@@ -96,6 +98,25 @@ def test_fast_matches_with_port_limits_on_random_topologies():
         policy, ports = rnd.choice(["rarest", "random"]), rnd.choice([1, 2, 3])
         reference, compiled = both_engines(topo, spec, rnd.randrange(10**6), policy, ports)
         assert list(compiled.transfers) == list(reference.transfers), trial
+
+
+def test_the_compiled_replay_gives_the_replays_times_under_port_limits():
+    """Schedules made without ports, replayed with 1-3: ports contend, ends at one instant
+    free them in order of position, and the compiled replay times it as tacos.simulate."""
+    rnd = random.Random(17)
+    for trial in range(45):
+        npus = rnd.randint(2, 9)
+        if trial % 3 == 2:
+            topo = tacos.from_spec(rnd.choice([*SWITCHED, "mesh2d:3x3"]))
+        else:
+            topo = random_switched_topology(rnd, npus) if trial % 3 else random_topology(rnd, npus)
+        spec = Collective(rnd.choice([AG, RS, AR]), tuple(topo.npus), rnd.choice([1, 3, 8]))
+        transfers = list(tacos.synthesize(topo, spec, seed=trial, engine="reference").transfers)
+        ports = rnd.choice([1, 2, 3])
+        expected = replay_times(transfers, topo, spec.chunk_bytes, ports)
+        table = TransferTable.from_transfers(transfers)
+        start, end, _ = replay_times_of(table, topo, spec.chunk_bytes, ports)
+        assert (tuple(start.tolist()), tuple(end.tolist())) == expected, trial
 
 
 def test_fast_matches_on_random_heterogeneous_topologies_and_many_chunks():

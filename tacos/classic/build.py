@@ -41,7 +41,6 @@ from tacos.synthesizer.list_scheduling import (
     replayed,
     with_times,
 )
-from tacos.synthesizer.timing import retime_asap
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -334,12 +333,8 @@ def to_schedule(
     stays the list scheduler's; the schedule records the limit).
     """
     ordered = with_times(table, start, start)
-    if sends_in_flight is None:
-        timed = with_times(ordered, *replayed(ordered, topology, collective.chunk_bytes))
-    else:
-        timed = TransferTable.from_transfers(
-            retime_asap(list(ordered), topology, collective.chunk_bytes, sends_in_flight)
-        )
+    times = replayed(ordered, topology, collective.chunk_bytes, sends_in_flight)
+    timed = with_times(ordered, *times)
     meta = {"synthesizer": CLASSIC_SYNTHESIZER, **meta}
     if sends_in_flight is not None:
         meta["sends_in_flight"] = sends_in_flight

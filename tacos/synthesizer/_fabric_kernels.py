@@ -1330,8 +1330,11 @@ def replay(
     recorded_start: np.ndarray,
     from_switch: np.ndarray,
     link_time: np.ndarray,
+    ports: int,
+    src: np.ndarray,
+    into_switch: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Start and end of every transfer as :mod:`tacos.simulate` replays it (no port limit).
+    """Start and end of every transfer as :mod:`tacos.simulate` replays it.
 
     ``from_switch[i]``: transfer ``i`` leaves a switch (its link serves in
     order of readiness; an NPU's link in order of ``recorded_start``, then
@@ -1340,6 +1343,15 @@ def replay(
     the transfers in order of (start, link, position) -- the order they start
     in, ties sorted, so the caller need not sort millions of rows again -- and
     how many transfers ran (fewer than all: the schedule deadlocks).
+
+    ``ports`` > 0 is the replay's ``sends_in_flight``: a transfer out of an NPU
+    (``src``) that its link could start waits for a free port of that NPU
+    (waiting ones start lowest position first); the port is held until the
+    message's last hop (the first transfer not ``into_switch``) ends, and then
+    goes at once to a waiting transfer whose link is free. The ends at one
+    instant are taken in order of position, as the replay takes them (which
+    end frees a port first decides who gets it; without ports the order of
+    ends changes nothing).
     """
     count = link.shape[0]
     num_links = link_time.shape[0]
@@ -1401,11 +1413,24 @@ def replay(
     done_time = np.empty(durations.shape[0])
     done_ring = np.empty(durations.shape[0], np.int64)
     done = np.zeros(NUM_COUNTERS, np.int64)  # done[C_HEAP]: the heap's size
+    rings = (ring, ring_ptr, ring_first, ring_len, done_time, done_ring, done)
     finished = 0
     started = np.empty(count, np.int64)
     to_try = np.zeros(num_links, np.bool_)
     tried = np.empty(num_links, np.int64)
     num_tried = 0
+    port_npu, message_npu, port_ptr = _port_npus(
+        count, ports, from_switch, src, into_switch, deps_ptr, deps
+    )
+    port_size = np.zeros(port_ptr.shape[0] - 1, np.int64)  # per NPU, its waiting heap's size
+    port_heap = np.empty(port_ptr[-1], np.int64)
+    in_port = np.zeros(count if ports else 0, np.bool_)  # waiting for a port
+    outstanding = np.zeros(port_size.shape[0], np.int64)
+    to_drain = np.zeros(port_size.shape[0], np.bool_)
+    draining = np.empty(port_size.shape[0], np.int64)
+    ending = np.empty(count if ports else 0, np.int64)  # the ends of one instant, by position
+    ports_state = (port_ptr, port_heap, port_size, in_port, outstanding)
+    queues = (head, idle, link)
     for i in range(count):
         if waiting[i] == 0 and from_switch[i]:
             _enqueue(i, 0.0, link, segment, head, queue, ready, chunk, op, came_in_on)
@@ -1416,6 +1441,7 @@ def replay(
     now = 0.0
     num_started, first_at_now = 0, 0  # started[first_at_now:num_started] began at now
     while True:
+        num_draining = 0
         for t in range(num_tried):
             lk = tried[t]
             to_try[lk] = False
@@ -1425,21 +1451,28 @@ def replay(
             if fixed_end[lk] > segment[lk]:  # an NPU's link
                 if head[lk] < fixed_end[lk] and waiting[fixed[head[lk]]] == 0:
                     i = fixed[head[lk]]
+                    if ports:  # it waits for a port of its NPU
+                        npu = port_npu[i]
+                        if not in_port[i]:
+                            in_port[i] = True
+                            _port_push(port_heap, port_ptr[npu], port_size, npu, i)
+                        if not to_drain[npu]:
+                            to_drain[npu] = True
+                            draining[num_draining] = npu
+                            num_draining += 1
+                        continue
                     head[lk] += 1
             elif head[lk] > segment[lk]:
                 i = _dequeue(lk, segment, head, queue, ready, chunk, op, came_in_on)
             if i < 0:
                 continue
-            idle[lk] = False
-            start[i] = now
-            end[i] = now + link_time[lk]
-            d = duration_of[lk]
-            if ring_len[d] == 0:
-                heap_push(done_time, done_ring, done, end[i], d)
-            ring[ring_ptr[d] + (ring_first[d] + ring_len[d]) % (ring_ptr[d + 1] - ring_ptr[d])] = i
-            ring_len[d] += 1
-            started[num_started] = i
-            num_started += 1
+            num_started = _begin(i, now, link, link_time, duration_of, idle, start, end, rings,
+                                 started, num_started)  # fmt: skip
+        for d in range(num_draining):
+            to_drain[draining[d]] = False
+            num_started = _drain(draining[d], ports, now, ports_state, queues, link_time,
+                                 duration_of, start, end, rings, started,
+                                 num_started)  # fmt: skip
         num_tried = 0
         if done[C_HEAP] == 0 or done_time[0] != now:  # no more starts at now: by link
             if num_started - first_at_now > 1:
@@ -1449,6 +1482,7 @@ def replay(
         if done[C_HEAP] == 0:
             break
         now = done_time[0]
+        num_ending = 0
         while done[C_HEAP] > 0 and done_time[0] == now:
             d = heap_pop(done_time, done_ring, done)
             i = ring[ring_ptr[d] + ring_first[d]]
@@ -1456,24 +1490,163 @@ def replay(
             ring_len[d] -= 1
             if ring_len[d] > 0:
                 heap_push(done_time, done_ring, done, end[ring[ring_ptr[d] + ring_first[d]]], d)
+            if ports:
+                ending[num_ending] = i
+                num_ending += 1
+                continue
             finished += 1
-            lk = link[i]
-            idle[lk] = True
-            if not to_try[lk]:
-                to_try[lk] = True
-                tried[num_tried] = lk
-                num_tried += 1
-            for k in range(dependant_ptr[i], dependant_ptr[i + 1]):
-                j = dependants[k]
-                waiting[j] -= 1
-                if waiting[j] == 0:
-                    if from_switch[j]:
-                        _enqueue(j, now, link, segment, head, queue, ready, chunk, op, came_in_on)
-                    if not to_try[link[j]]:
-                        to_try[link[j]] = True
-                        tried[num_tried] = link[j]
-                        num_tried += 1
+            num_tried = _ended(i, now, link, from_switch, waiting, dependant_ptr, dependants,
+                               idle, to_try, tried, num_tried, segment, head, queue, ready,
+                               chunk, op, came_in_on)  # fmt: skip
+        if num_ending:
+            heapsort(ending, num_ending)
+        for e in range(num_ending):
+            i = ending[e]
+            finished += 1
+            idle[link[i]] = True
+            if message_npu[i] >= 0:  # its port is free: a waiting message takes it now
+                outstanding[message_npu[i]] -= 1
+                num_started = _drain(message_npu[i], ports, now, ports_state, queues, link_time,
+                                     duration_of, start, end, rings, started,
+                                     num_started)  # fmt: skip
+            num_tried = _ended(i, now, link, from_switch, waiting, dependant_ptr, dependants,
+                               idle, to_try, tried, num_tried, segment, head, queue, ready,
+                               chunk, op, came_in_on)  # fmt: skip
     return start, end, started[:num_started], finished
+
+
+@njit(cache=True, inline="always")
+def _begin(i: int, now: float, link: np.ndarray, link_time: np.ndarray,
+           duration_of: np.ndarray, idle: np.ndarray, start: np.ndarray, end: np.ndarray,
+           rings: tuple, started: np.ndarray, num_started: int) -> int:  # type: ignore[type-arg]  # fmt: skip
+    """Start transfer ``i`` now on its idle link; the new count of ``started``."""
+    ring, ring_ptr, ring_first, ring_len, done_time, done_ring, done = rings
+    lk = link[i]
+    idle[lk] = False
+    start[i] = now
+    end[i] = now + link_time[lk]
+    d = duration_of[lk]
+    if ring_len[d] == 0:
+        heap_push(done_time, done_ring, done, end[i], d)
+    ring[ring_ptr[d] + (ring_first[d] + ring_len[d]) % (ring_ptr[d + 1] - ring_ptr[d])] = i
+    ring_len[d] += 1
+    started[num_started] = i
+    return num_started + 1
+
+
+@njit(cache=True, inline="always")
+def _ended(i: int, now: float, link: np.ndarray, from_switch: np.ndarray,
+           waiting: np.ndarray, dependant_ptr: np.ndarray, dependants: np.ndarray,
+           idle: np.ndarray, to_try: np.ndarray, tried: np.ndarray, num_tried: int,
+           segment: np.ndarray, head: np.ndarray, queue: np.ndarray, ready: np.ndarray,
+           chunk: np.ndarray, op: np.ndarray, came_in_on: np.ndarray) -> int:  # fmt: skip
+    """Transfer ``i`` ended now: its link is idle and its dependants may be ready; the
+    links to try are noted. Returns their new count."""
+    lk = link[i]
+    idle[lk] = True
+    if not to_try[lk]:
+        to_try[lk] = True
+        tried[num_tried] = lk
+        num_tried += 1
+    for k in range(dependant_ptr[i], dependant_ptr[i + 1]):
+        j = dependants[k]
+        waiting[j] -= 1
+        if waiting[j] == 0:
+            if from_switch[j]:
+                _enqueue(j, now, link, segment, head, queue, ready, chunk, op, came_in_on)
+            if not to_try[link[j]]:
+                to_try[link[j]] = True
+                tried[num_tried] = link[j]
+                num_tried += 1
+    return num_tried
+
+
+@njit(cache=True)
+def _port_npus(count: int, ports: int, from_switch: np.ndarray, src: np.ndarray,
+               into_switch: np.ndarray, deps_ptr: np.ndarray,
+               deps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Per transfer, the NPU whose port it takes (out of an NPU; else -1) and, for a
+    message's last hop, the NPU whose port it frees (else -1); the segments of the
+    NPUs' waiting heaps (by NPU, as many places as the NPU sends). Empty without ports."""
+    if not ports:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64)
+    port_npu = np.where(from_switch, -1, src)
+    message_npu = np.full(count, -1, np.int64)
+    for i in range(count):
+        if not into_switch[i]:
+            first = i
+            while from_switch[first]:  # back along the message to its first hop
+                first = deps[deps_ptr[first]]
+            message_npu[i] = src[first]
+    sends = np.zeros(max(1, port_npu.max() + 1) if count else 1, np.int64)
+    for i in range(count):
+        if port_npu[i] >= 0:
+            sends[port_npu[i]] += 1
+    port_ptr = np.zeros(sends.shape[0] + 1, np.int64)
+    port_ptr[1:] = np.cumsum(sends)
+    return port_npu, message_npu, port_ptr
+
+
+@njit(cache=True)
+def _drain(npu: int, ports: int, now: float, ports_state: tuple, queues: tuple,
+           link_time: np.ndarray, duration_of: np.ndarray, start: np.ndarray,
+           end: np.ndarray, rings: tuple, started: np.ndarray,
+           num_started: int) -> int:  # type: ignore[type-arg]  # fmt: skip
+    """The replay's ``drain_port``: while ``npu`` has a free port, its waiting transfers
+    start, lowest position first, those whose link is idle (a waiting transfer is its
+    link's next); the others wait on. Returns the new count of ``started``."""
+    port_ptr, port_heap, port_size, in_port, outstanding = ports_state
+    head, idle, link = queues
+    base, top = port_ptr[npu], port_ptr[npu + 1] - 1
+    blocked = 0  # popped and put aside at the segment's end (heap + aside <= its room)
+    while port_size[npu] > 0 and outstanding[npu] < ports:
+        i = _port_pop(port_heap, base, port_size, npu)
+        if idle[link[i]]:
+            in_port[i] = False
+            outstanding[npu] += 1
+            head[link[i]] += 1
+            num_started = _begin(i, now, link, link_time, duration_of, idle, start, end, rings,
+                                 started, num_started)  # fmt: skip
+        else:
+            port_heap[top - blocked] = i
+            blocked += 1
+    for b in range(blocked):
+        _port_push(port_heap, base, port_size, npu, port_heap[top - b])
+    return num_started
+
+
+@njit(cache=True, inline="always")
+def _port_push(heap: np.ndarray, base: int, size: np.ndarray, npu: int, i: int) -> None:
+    """Put position ``i`` in ``npu``'s heap of waiting transfers (in ``heap`` from
+    ``base``, ``size[npu]`` long)."""
+    k = size[npu]
+    size[npu] += 1
+    while k > 0 and heap[base + ((k - 1) >> 1)] > i:
+        heap[base + k] = heap[base + ((k - 1) >> 1)]
+        k = (k - 1) >> 1
+    heap[base + k] = i
+
+
+@njit(cache=True, inline="always")
+def _port_pop(heap: np.ndarray, base: int, size: np.ndarray, npu: int) -> int:
+    """Take the lowest position off ``npu``'s heap of waiting transfers."""
+    top = heap[base]
+    size[npu] -= 1
+    n = size[npu]
+    last = heap[base + n]
+    k = 0
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and heap[base + child + 1] < heap[base + child]:
+            child += 1
+        if heap[base + child] >= last:
+            break
+        heap[base + k] = heap[base + child]
+        k = child
+    heap[base + k] = last
+    return top
 
 
 @njit(cache=True, inline="always")

@@ -30,7 +30,9 @@ order, drawing from a copy of CPython's Mersenne Twister
   spread is re-timed by one array pass (:func:`retime_npu_links`).
 
 Scope: one collective whose ranks are all the NPUs, All-Gather, Reduce-Scatter
-or All-Reduce, no NPU port limit. Then every node wants every chunk it lacks,
+or All-Reduce, with or without a port limit (``sends_in_flight``: a node with
+that many messages on their way sends nothing, and the re-timing replays the
+ports, :func:`~.fast_fabric.replay_table`). Then every node wants every chunk it lacks,
 so relays (and the reference's "brings closer" rule) never arise. Topologies
 with switches take :mod:`.fast_fabric` (the same greedy with paths through
 the fabric, re-timed by a compiled replay); the rest of this module serves
@@ -60,7 +62,7 @@ from tacos.synthesizer.greedy import (
 )
 from tacos.synthesizer.ownership import collective_owners, owner_layouts
 from tacos.synthesizer.routes import rarest_neighbours
-from tacos.synthesizer.timing import retime_asap, shorten_tail
+from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 
@@ -448,15 +450,11 @@ def _fabric_spread(
 def _retimed(
     table: TransferTable, topology: Topology, chunk_bytes: int, sends_in_flight: int | None
 ) -> TransferTable:
-    """The reference's ``retime_asap`` of ``table`` (put in start order): compiled without
-    a port limit, else the replay of :mod:`tacos.simulate` itself (the compiled ones have
-    no ports; about 7 us a transfer)."""
-    if sends_in_flight is not None:
-        in_order = list(_in_start_order(table))
-        return TransferTable.from_transfers(
-            retime_asap(in_order, topology, chunk_bytes, sends_in_flight)
-        )
-    if topology.num_switches:  # the compiled replay orders each NPU's link by start itself
+    """The reference's ``retime_asap`` of ``table``, compiled: the replay, or where no
+    switch or port limit reorders anything, each link in its order."""
+    if sends_in_flight is not None:  # the ports break ties by position: in start order
+        return replay_table(_in_start_order(table), topology, chunk_bytes, sends_in_flight)
+    if topology.num_switches:  # the replay orders each NPU's link by start itself
         return replay_table(table, topology, chunk_bytes)
     return retime_npu_links(_in_start_order(table), topology, chunk_bytes)
 

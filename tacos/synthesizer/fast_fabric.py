@@ -213,28 +213,40 @@ def fabric_spread(
 
 
 def replay_times_of(
-    transfers: TransferTable, topology: Topology, chunk_bytes: int
+    transfers: TransferTable,
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row, its start and end as the compiled replay times it (the default cost
-    model, no port limits; an NPU's link in order of recorded start), and the rows in
-    order of (start, link, position)."""
+    model; an NPU's link in order of recorded start, its messages ``sends_in_flight``
+    at a time, as :func:`tacos.simulate.replay_times` has them; under a port limit,
+    the rows must be in start order, as the replay's positions break ties), and the
+    rows in order of (start, link, position)."""
     start, end, in_start_order, finished = FK.replay(
         transfers.link, transfers.chunk, transfers.op, transfers.deps_ptr, transfers.deps,
         transfers.start, transfers.src >= topology.num_npus,
-        np.asarray(topology.link_times_us(chunk_bytes), np.float64),
+        np.asarray(topology.link_times_us(chunk_bytes), np.float64), sends_in_flight or 0,
+        transfers.src, transfers.dst >= topology.num_npus,
     )  # fmt: skip
     if finished < len(transfers):
         raise TacosError("the synthesized schedule deadlocks in its replay (a bug: please report)")
     return start, end, in_start_order
 
 
-def replay_table(transfers: TransferTable, topology: Topology, chunk_bytes: int) -> TransferTable:
-    """``retime_asap`` without port limits: replayed times, sorted by (start, link, position).
+def replay_table(
+    transfers: TransferTable,
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
+) -> TransferTable:
+    """``retime_asap``: replayed times, sorted by (start, link, position).
 
-    ``transfers`` need not be in start order: the replay orders an NPU's link by
-    recorded start, and no two transfers of one link start together.
+    Without a port limit ``transfers`` need not be in start order: the replay
+    orders an NPU's link by recorded start, and no two transfers of one link
+    start together.
     """
-    start, end, in_start_order = replay_times_of(transfers, topology, chunk_bytes)
+    start, end, in_start_order = replay_times_of(transfers, topology, chunk_bytes, sends_in_flight)
     retimed = TransferTable(
         transfers.chunk, transfers.src, transfers.dst, transfers.link, start, end, transfers.op,
         transfers.deps_ptr, transfers.deps,

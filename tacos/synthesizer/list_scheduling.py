@@ -169,19 +169,30 @@ def longest_chains_us(table: TransferTable, link_us: Sequence[float]) -> np.ndar
 
 
 def replayed(
-    recorded: TransferTable, topology: Topology, chunk_bytes: int
+    recorded: TransferTable,
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every row as :mod:`tacos.simulate` replays it, an NPU's link
-    taking its transfers in order of recorded start (compiled above
-    :data:`COMPILED_REPLAY_ABOVE` transfers in the default cost model, the one the
-    compiled replay knows; both give the same times)."""
-    if topology.cost.is_default and len(recorded) > COMPILED_REPLAY_ABOVE:
+    taking its transfers in order of recorded start, each NPU ``sends_in_flight``
+    messages at a time (compiled above :data:`COMPILED_REPLAY_ABOVE` transfers in the
+    default cost model, the one the compiled replay knows; both give the same times)."""
+    compiled = topology.cost.is_default and len(recorded) > COMPILED_REPLAY_ABOVE
+    if compiled and sends_in_flight is None:  # it orders each NPU's link by start itself
         start, end, _ = replay_times_of(recorded, topology, chunk_bytes)
         return start, end
     order = np.lexsort((np.arange(len(recorded)), recorded.link, recorded.start))
-    starts, ends = replay_times(list(recorded.take(order)), topology, chunk_bytes)
+    in_order = recorded.take(order)  # ports go to waiting messages in this order
     start, end = np.empty(len(recorded)), np.empty(len(recorded))
-    start[order], end[order] = starts, ends
+    if compiled:
+        start[order], end[order], _ = replay_times_of(
+            in_order, topology, chunk_bytes, sends_in_flight
+        )
+    else:
+        start[order], end[order] = replay_times(
+            list(in_order), topology, chunk_bytes, sends_in_flight
+        )
     return start, end
 
 
