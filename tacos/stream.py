@@ -84,7 +84,7 @@ def stream_all_gather(
     """
     if collective.kind is not CollectiveKind.ALL_GATHER:
         raise TacosError(f"only All-Gathers can be streamed, not {collective.kind}")
-    reason = fast_unsupported(topology, (collective,), None)
+    reason = fast_unsupported(topology, (collective,))
     if reason is not None:
         raise TacosError(f"cannot stream this All-Gather: {reason}")
     path = Path(path)

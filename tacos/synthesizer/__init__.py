@@ -262,7 +262,7 @@ def _synthesize_tacos(
     tenants = Tenants(tuple(collectives))
     for spec in tenants.specs:
         topology.check_ranks(spec.ranks)
-    chosen = _choose_engine(engine, topology, tenants, sends_in_flight)
+    chosen = _choose_engine(engine, topology, tenants)
     total = _deliveries(topology, tenants) if progress is not None else 0
     options: dict[str, Any] = {"policy": policy, "sends_in_flight": sends_in_flight}
     if tries > 1:
@@ -367,13 +367,11 @@ def fastest_greedy(
     return fastest_attempt(fractions, rng, at_nearness, lambda built: finish_us(built[0]))
 
 
-def _choose_engine(
-    engine: str, topology: Topology, tenants: Tenants, sends_in_flight: int | None
-) -> Engine:
+def _choose_engine(engine: str, topology: Topology, tenants: Tenants) -> Engine:
     """The engine to run: what was asked for, or for "auto" the fast one on big problems."""
     if engine not in ENGINES:
         raise TacosError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
-    reason = fast_unsupported(topology, tenants.specs, sends_in_flight)
+    reason = fast_unsupported(topology, tenants.specs)
     if engine == "fast" and reason is not None:
         raise TacosError(f"the fast engine cannot synthesize this: {reason}; use --engine auto")
     if engine == "auto":
@@ -392,7 +390,7 @@ def _deliveries(topology: Topology, tenants: Tenants) -> int:
         mirror = tenants.as_kind(CollectiveKind.ALL_GATHER)
     else:
         mirror = tenants
-    if fast_unsupported(topology, mirror.specs, None) is None:  # every NPU wants every chunk
+    if fast_unsupported(topology, mirror.specs) is None:  # every NPU wants every chunk
         (spec,) = mirror.specs
         return phases * (topology.num_npus - 1) * spec.num_chunks
     sources = mirror.sources()

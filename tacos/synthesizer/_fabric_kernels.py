@@ -34,6 +34,8 @@ from tacos.synthesizer._kernels import (
     pick_chunk,
     popcount,
     randbelow,
+    segment_pop,
+    segment_push,
     sends_some,
     settle_overtakes,
     shuffle,
@@ -1455,7 +1457,7 @@ def replay(
                         npu = port_npu[i]
                         if not in_port[i]:
                             in_port[i] = True
-                            _port_push(port_heap, port_ptr[npu], port_size, npu, i)
+                            segment_push(port_heap, port_ptr[npu], port_size, npu, i)
                         if not to_drain[npu]:
                             to_drain[npu] = True
                             draining[num_draining] = npu
@@ -1600,7 +1602,7 @@ def _drain(npu: int, ports: int, now: float, ports_state: tuple, queues: tuple,
     base, top = port_ptr[npu], port_ptr[npu + 1] - 1
     blocked = 0  # popped and put aside at the segment's end (heap + aside <= its room)
     while port_size[npu] > 0 and outstanding[npu] < ports:
-        i = _port_pop(port_heap, base, port_size, npu)
+        i = segment_pop(port_heap, base, port_size, npu)
         if idle[link[i]]:
             in_port[i] = False
             outstanding[npu] += 1
@@ -1611,42 +1613,8 @@ def _drain(npu: int, ports: int, now: float, ports_state: tuple, queues: tuple,
             port_heap[top - blocked] = i
             blocked += 1
     for b in range(blocked):
-        _port_push(port_heap, base, port_size, npu, port_heap[top - b])
+        segment_push(port_heap, base, port_size, npu, port_heap[top - b])
     return num_started
-
-
-@njit(cache=True, inline="always")
-def _port_push(heap: np.ndarray, base: int, size: np.ndarray, npu: int, i: int) -> None:
-    """Put position ``i`` in ``npu``'s heap of waiting transfers (in ``heap`` from
-    ``base``, ``size[npu]`` long)."""
-    k = size[npu]
-    size[npu] += 1
-    while k > 0 and heap[base + ((k - 1) >> 1)] > i:
-        heap[base + k] = heap[base + ((k - 1) >> 1)]
-        k = (k - 1) >> 1
-    heap[base + k] = i
-
-
-@njit(cache=True, inline="always")
-def _port_pop(heap: np.ndarray, base: int, size: np.ndarray, npu: int) -> int:
-    """Take the lowest position off ``npu``'s heap of waiting transfers."""
-    top = heap[base]
-    size[npu] -= 1
-    n = size[npu]
-    last = heap[base + n]
-    k = 0
-    while True:
-        child = 2 * k + 1
-        if child >= n:
-            break
-        if child + 1 < n and heap[base + child + 1] < heap[base + child]:
-            child += 1
-        if heap[base + child] >= last:
-            break
-        heap[base + k] = heap[base + child]
-        k = child
-    heap[base + k] = last
-    return top
 
 
 @njit(cache=True, inline="always")

@@ -245,6 +245,42 @@ def heap_pop(times: np.ndarray, keys: np.ndarray, counters: np.ndarray) -> int:
     return top
 
 
+@njit(cache=True, inline="always")
+def segment_push(heap: np.ndarray, base: int, sizes: np.ndarray, key: int, value: int) -> None:
+    """Put ``value`` on the min-heap of ``key``: ``heap[base : base + sizes[key]]``, one of
+    many heaps kept in segments of one array (per link, per NPU)."""
+    pos = sizes[key]
+    sizes[key] += 1
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if heap[base + parent] <= value:
+            break
+        heap[base + pos] = heap[base + parent]
+        pos = parent
+    heap[base + pos] = value
+
+
+@njit(cache=True, inline="always")
+def segment_pop(heap: np.ndarray, base: int, sizes: np.ndarray, key: int) -> int:
+    """Take the lowest value off the min-heap of ``key`` (:func:`segment_push`)."""
+    top = heap[base]
+    sizes[key] -= 1
+    last, n, pos = heap[base + sizes[key]], sizes[key], 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        if child + 1 < n and heap[base + child + 1] < heap[base + child]:
+            child += 1
+        if heap[base + child] >= last:
+            break
+        heap[base + pos] = heap[base + child]
+        pos = child
+    if n:
+        heap[base + pos] = last
+    return top
+
+
 # ---------------------------------------------------------------- eligibility counts
 # A link u -> v may send the chunks of ``holds[u] & ~taken[v]``. Computing that
 # set's size for every link at every event costs O(chunks / 64) per link; instead

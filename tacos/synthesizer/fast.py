@@ -78,11 +78,9 @@ process next (see _kernels.prefetch): 4 measured 12% faster than none at 16,384 
 8 no better."""
 
 
-def fast_unsupported(
-    topology: Topology, collectives: tuple[Collective, ...], sends_in_flight: int | None
-) -> str | None:
+def fast_unsupported(topology: Topology, collectives: tuple[Collective, ...]) -> str | None:
     """Why the fast engine cannot synthesize this problem, or None when it can (with or
-    without a port limit: ``sends_in_flight`` changes nothing here)."""
+    without a port limit)."""
     if not topology.cost.is_default:
         return f"it models the paper's links and free reductions, not {topology.cost.describe()}"
     if len(collectives) != 1:

@@ -29,7 +29,7 @@ from numba import njit
 
 from tacos.schedule import Op, Transfer
 from tacos.simulate import replay_times
-from tacos.synthesizer._kernels import C_HEAP, heap_pop, heap_push
+from tacos.synthesizer._kernels import C_HEAP, heap_pop, heap_push, segment_pop, segment_push
 from tacos.synthesizer.fast_fabric import replay_times_of
 from tacos.topology import Topology
 from tacos.transfers import OP_CODES, TransferTable
@@ -273,7 +273,7 @@ def _list_schedule(
     for i in range(count):
         if waiting[i] == 0:
             key = identity[i] if fifo_link[link[i]] else rank[i]
-            _rank_push(ranks, segment[link[i]], queued, link[i], key)
+            segment_push(ranks, segment[link[i]], queued, link[i], key)
             num_touched = _touch(link[i], touched, is_touched, num_touched)
     now = 0.0
     while True:
@@ -281,7 +281,7 @@ def _list_schedule(
             lk = touched[k]
             is_touched[lk] = False
             if queued[lk] and free_at[lk] <= now:
-                key = _rank_pop(ranks, segment[lk], queued, lk)
+                key = segment_pop(ranks, segment[lk], queued, lk)
                 i = by_identity[key % count] if fifo_link[lk] else by_rank[key]
                 start[i], end[i] = now, now + lasts_us[i]
                 free_at[lk] = now + busy_us[i]
@@ -302,7 +302,7 @@ def _list_schedule(
                 waiting[j] -= 1
                 if waiting[j] == 0:
                     key = instant * count + identity[j] if fifo_link[link[j]] else rank[j]
-                    _rank_push(ranks, segment[link[j]], queued, link[j], key)
+                    segment_push(ranks, segment[link[j]], queued, link[j], key)
                     num_touched = _touch(link[j], touched, is_touched, num_touched)
 
 
@@ -327,38 +327,3 @@ def _touch(lk: int, touched: np.ndarray, is_touched: np.ndarray, num_touched: in
     is_touched[lk] = True
     touched[num_touched] = lk
     return num_touched + 1
-
-
-@njit(cache=True, inline="always")
-def _rank_push(ranks: np.ndarray, base: int, queued: np.ndarray, lk: int, value: int) -> None:
-    """Queue ``value`` on link ``lk``'s min-heap, ``ranks[base : base + queued[lk]]``."""
-    pos = queued[lk]
-    queued[lk] += 1
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if ranks[base + parent] <= value:
-            break
-        ranks[base + pos] = ranks[base + parent]
-        pos = parent
-    ranks[base + pos] = value
-
-
-@njit(cache=True, inline="always")
-def _rank_pop(ranks: np.ndarray, base: int, queued: np.ndarray, lk: int) -> int:
-    """Take the lowest rank off link ``lk``'s min-heap."""
-    top = ranks[base]
-    queued[lk] -= 1
-    last, n, pos = ranks[base + queued[lk]], queued[lk], 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and ranks[base + child + 1] < ranks[base + child]:
-            child += 1
-        if ranks[base + child] >= last:
-            break
-        ranks[base + pos] = ranks[base + child]
-        pos = child
-    if n:
-        ranks[base + pos] = last
-    return top
