@@ -265,10 +265,14 @@ class _SpreadState:
 
         num_chunks = 1 + max([s.chunk for s in sources] + [w.bit_length() for w in wants])
         self.copies = [0] * num_chunks
-        self.targets: list[list[int]] = [[] for _ in range(num_chunks)]
+        # Per chunk, the nodes that want it and neither hold it nor are receiving it (a bit
+        # set: what a node holds or receives only grows, so bits are only cleared).
+        self.waiting_for = [0] * num_chunks
         for node, want in enumerate(wants):
             for chunk in _members(want):
-                self.targets[chunk].append(node)
+                self.waiting_for[chunk] |= 1 << node
+        self._targets = [node for node, want in enumerate(wants) if want]
+        self._nearer: dict[tuple[int, int], int] = {}  # (u, v) -> targets v is nearer to
         self._distance_to: dict[int, dict[int, float]] = {}
         self.near = _NearHoldings(
             self._distances_to, self.holds, self.incoming, topology.num_npus, 1 / near_fraction
@@ -331,6 +335,7 @@ class _SpreadState:
         if self.holds[node] & bit:
             return 0
         self.holds[node] |= bit
+        self.waiting_for[chunk] &= ~(1 << node)
         touched.add(node)
         return 1 if self.wants[node] & bit else 0
 
@@ -564,14 +569,20 @@ class _SpreadState:
 
     def _brings_closer(self, u: int, v: int, chunk: int) -> bool:
         """Whether ``v`` is nearer than ``u`` to a node still waiting for ``chunk``."""
-        bit = 1 << chunk
-        for target in self.targets[chunk]:
-            if (self.holds[target] | self.incoming[target]) & bit:
-                continue
-            distance = self._distances_to(target)
-            if distance.get(v, math.inf) < distance.get(u, math.inf):
-                return True
-        return False
+        return bool(self.waiting_for[chunk] & self._nearer_targets(u, v))
+
+    def _nearer_targets(self, u: int, v: int) -> int:
+        """The nodes that want some chunk and that ``v`` is nearer to than ``u`` (a bit set,
+        computed once per pair: relay decisions ask it for every chunk they weigh)."""
+        nearer = self._nearer.get((u, v))
+        if nearer is None:
+            nearer = 0
+            for target in self._targets:
+                distance = self._distances_to(target)
+                if distance.get(v, math.inf) < distance.get(u, math.inf):
+                    nearer |= 1 << target
+            self._nearer[(u, v)] = nearer
+        return nearer
 
     def _distances_to(self, target: int) -> dict[int, float]:
         """Per-chunk time from every node to ``target`` (cached).
@@ -659,6 +670,7 @@ class _SpreadState:
             self.overtakable[v][chunk] = index
             self.held_at_start[index] = self.holds[u]
         self.incoming[v] |= 1 << chunk
+        self.waiting_for[chunk] &= ~(1 << v)
         self.near.gain(v, 1 << chunk)
 
     def without_dropped(self) -> list[Transfer]:
