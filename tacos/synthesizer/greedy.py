@@ -530,7 +530,9 @@ class _SpreadState:
         wanted = eligible & self.wants[v]
         if wanted or not eligible:
             return wanted
-        return sum(1 << c for c in _members(eligible) if self._brings_closer(u, v, c))
+        # v brings chunk c closer when it is nearer than u to a node still waiting for c.
+        nearer, waiting_for = self._nearer_targets(u, v), self.waiting_for
+        return sum(1 << c for c in _members(eligible) if waiting_for[c] & nearer)
 
     def _left_to_rivals(self, link_id: int, candidates: int, now: float, overtakes: int) -> bool:
         """Whether the direct link ``link_id`` leaves its wanted ``candidates`` to faster links.
@@ -566,10 +568,6 @@ class _SpreadState:
         if self.policy == "random":
             return _random_member(candidates, self.rng)
         return self._rarest(candidates, v)
-
-    def _brings_closer(self, u: int, v: int, chunk: int) -> bool:
-        """Whether ``v`` is nearer than ``u`` to a node still waiting for ``chunk``."""
-        return bool(self.waiting_for[chunk] & self._nearer_targets(u, v))
 
     def _nearer_targets(self, u: int, v: int) -> int:
         """The nodes that want some chunk and that ``v`` is nearer to than ``u`` (a bit set,
