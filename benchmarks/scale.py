@@ -64,9 +64,10 @@ def measure(
     started = time.perf_counter()
     bound = tacos.lower_bounds(topo, collective).best_us
     bound_s = time.perf_counter() - started
+    streamed = topo.num_npus > STREAM_ABOVE and ports is None  # streams have no ports
     with _progress_bar(spec) as progress:
         started = time.perf_counter()
-        if topo.num_npus > STREAM_ABOVE and ports is None:
+        if streamed:
             where = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="tacos-scale-"))
             path = where / f"{spec.replace(':', '-')}-{policy}.bin"
             summary = stream_all_gather(topo, collective, path, policy=policy, progress=progress)
@@ -90,7 +91,7 @@ def measure(
             engine_used, written = str(schedule.meta["engine"]), 0
     synth_mib = _peak_mib()
     verify_s, ok = None, None
-    if topo.num_npus <= STREAM_ABOVE or ports is not None:
+    if not streamed:
         started = time.perf_counter()
         report = tacos.verify(schedule)
         verify_s, ok = time.perf_counter() - started, report.ok

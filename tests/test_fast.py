@@ -44,12 +44,9 @@ def random_topology(rnd, n):
 
 
 def both_engines(topo, spec, seed, policy, sends_in_flight=None):
-    reference, compiled = (
-        tacos.synthesize(
-            topo, spec, seed=seed, policy=policy, engine=engine, sends_in_flight=sends_in_flight
-        )  # fmt: skip
-        for engine in ("reference", "fast")
-    )
+    options = {"seed": seed, "policy": policy, "sends_in_flight": sends_in_flight}
+    reference = tacos.synthesize(topo, spec, engine="reference", **options)
+    compiled = tacos.synthesize(topo, spec, engine="fast", **options)
     return reference, compiled
 
 
