@@ -85,6 +85,8 @@ def stream_all_gather(
     if collective.kind is not CollectiveKind.ALL_GATHER:
         raise TacosError(f"only All-Gathers can be streamed, not {collective.kind}")
     reason = fast_unsupported(topology, (collective,))
+    if len(collective.ranks) != topology.num_npus:
+        reason = "its ranks are a subset of the NPUs (others would relay; synthesize it in memory)"
     if reason is not None:
         raise TacosError(f"cannot stream this All-Gather: {reason}")
     path = Path(path)

@@ -155,6 +155,54 @@ def test_fast_matches_on_random_switched_topologies():
         assert list(compiled.transfers) == list(reference.transfers), trial
 
 
+def both_engines_for_tenants(topo, groups, kind, chunks, seed, policy, sends_in_flight=None):
+    specs = [Collective(kind, tuple(group), chunks, 2**20) for group in groups]
+    options = {"seed": seed, "policy": policy, "sends_in_flight": sends_in_flight}
+    reference = synthesize_tenants(topo, specs, engine="reference", **options)
+    compiled = synthesize_tenants(topo, specs, engine="fast", **options)
+    return reference, compiled
+
+
+@pytest.mark.parametrize("name", ["ring:8", "mesh2d:4x5", "torus2d:4x4", "hypercube:4", "hetero"])
+@pytest.mark.parametrize("groups", ["halves", "interleaved", "every third", "inner"])
+@pytest.mark.parametrize("kind", [AG, RS, AR])
+def test_fast_makes_the_reference_schedule_for_tenants_and_subsets(name, groups, kind):
+    """Where nodes want only some chunks, other nodes relay them on their way (direct
+    links): the same relays, pruned, re-timed, in both engines, one schedule per tenant."""
+    topo = heterogeneous_mesh(4, 3) if name == "hetero" else tacos.from_spec(name)
+    n = topo.num_npus
+    chosen = {
+        "halves": [range(n // 2), range(n // 2, n)],
+        "interleaved": [range(0, n, 2), range(1, n, 2)],
+        "every third": [range(0, n, 3)],
+        "inner": [range(1, n - 1)],
+    }[groups]
+    for policy, ports in [("rarest", None), ("random", None), ("rarest", 1)]:
+        reference, compiled = both_engines_for_tenants(topo, chosen, kind, 2, 3, policy, ports)
+        for ours, theirs in zip(compiled, reference, strict=True):
+            assert list(ours.transfers) == list(theirs.transfers), policy
+            assert ours.meta == {**theirs.meta, "engine": "fast"}
+            assert tacos.verify(ours).ok
+
+
+def test_fast_matches_for_tenants_and_subsets_on_random_topologies():
+    rnd = random.Random(19)
+    for trial in range(30):
+        npus = rnd.randint(5, 12)
+        topo = random_topology(rnd, npus)
+        ranks = rnd.sample(range(npus), rnd.randint(4, npus))
+        cut = rnd.randint(2, len(ranks) - 2)
+        groups = [sorted(ranks[:cut]), sorted(ranks[cut:])] if trial % 2 else [sorted(ranks)]
+        kind = rnd.choice([AG, RS, AR])
+        policy, ports = rnd.choice(["rarest", "random"]), rnd.choice([None, None, 1, 2])
+        seed = rnd.randrange(10**6)
+        reference, compiled = both_engines_for_tenants(
+            topo, groups, kind, rnd.choice([1, 3, 40]), seed, policy, ports
+        )
+        for ours, theirs in zip(compiled, reference, strict=True):
+            assert list(ours.transfers) == list(theirs.transfers), trial
+
+
 @pytest.mark.parametrize("trial", range(12))
 def test_the_compiled_fabric_paths_and_routes_are_the_references(trial):
     """What the fast engine precomputes equals what the reference finds as it goes."""
@@ -194,7 +242,7 @@ def test_the_random_number_generator_ends_where_the_reference_leaves_it(policy):
     tenants = Tenants((Collective(AR, tuple(topo.npus), 2),))
     reference_rng, fast_rng = random.Random(3), random.Random(3)
     synthesize_transfers(topo, tenants, Settings(reference_rng, policy))
-    fast.fast_transfers(topo, tenants.specs[0], fast.FastSettings(fast_rng, policy))
+    fast.fast_transfers(topo, tenants, fast.FastSettings(fast_rng, policy))
     assert fast_rng.getstate() == reference_rng.getstate()
 
 
@@ -208,10 +256,14 @@ def test_auto_takes_the_fast_engine_only_where_it_applies():
     switched = Collective(AG, tuple(switch.npus))
     assert tacos.synthesize(switch, switched).meta["engine"] == "fast"
     tenants = (Collective(AG, tuple(range(40))), Collective(AG, tuple(range(40, 80))))
-    with pytest.raises(TacosError, match="fast engine cannot synthesize this: several tenants"):
+    with pytest.raises(TacosError, match="cannot synthesize this: several tenants share a top"):
         synthesize_tenants(switch, tenants, engine="fast")
     subset = Collective(AG, tuple(range(0, 100, 2)))
-    assert tacos.synthesize(mesh, subset).meta["engine"] == "reference"
+    assert tacos.synthesize(mesh, subset).meta["engine"] == "fast"
+    halves = (Collective(AG, tuple(range(50))), Collective(AG, tuple(range(50, 100))))
+    assert {s.meta["engine"] for s in synthesize_tenants(mesh, halves)} == {"fast"}
+    switch_subset = Collective(AG, tuple(range(0, 80, 2)))
+    assert tacos.synthesize(switch, switch_subset).meta["engine"] == "reference"
     one_port = tacos.synthesize(mesh, spec, sends_in_flight=1)
     assert one_port.meta["engine"] == "fast"
 
@@ -271,7 +323,7 @@ def test_both_engines_leave_chunks_to_the_same_nearer_nodes(name, kind):
         topo, tenants, Settings(reference_rng, "rarest", near_fraction=0.5)
     )
     compiled = fast.fast_transfers(
-        topo, tenants.specs[0], fast.FastSettings(fast_rng, "rarest", near_fraction=0.5)
+        topo, tenants, fast.FastSettings(fast_rng, "rarest", near_fraction=0.5)
     )
     assert list(compiled) == reference
     assert fast_rng.getstate() == reference_rng.getstate()

@@ -102,6 +102,9 @@ def test_only_all_gathers_in_scope_stream(tmp_path):
     ring = tacos.from_spec("ring:4")
     with pytest.raises(TacosError, match="only All-Gathers"):
         stream_all_gather(ring, Collective(CollectiveKind.ALL_REDUCE, (0, 1, 2, 3)), tmp_path / "x")
+    with pytest.raises(TacosError, match="ranks are a subset of the NPUs"):
+        stream_all_gather(ring, Collective(CollectiveKind.ALL_GATHER, (0, 2)), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
     (tmp_path / "junk").write_text("hello\n")
     with pytest.raises(TacosError, match="not a TACOS transfer stream"):
         open_stream(tmp_path / "junk")

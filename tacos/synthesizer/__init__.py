@@ -12,7 +12,8 @@ Example:
 Two engines make the same schedules: ``"reference"`` (:mod:`.greedy`, the
 readable oracle) and ``"fast"`` (:mod:`.fast`, compiled, for thousands of
 NPUs, with or without switches; All-Gather / Reduce-Scatter / All-Reduce over
-all NPUs). ``engine="auto"`` takes the fast one for problems above
+all NPUs, and without switches also for several tenants or a subset of ranks,
+whose chunks other NPUs relay). ``engine="auto"`` takes the fast one for problems above
 :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
 compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
 processes) and keeps the fastest schedule, the lowest seed on ties.
@@ -59,6 +60,8 @@ from dataclasses import replace
 from multiprocessing import get_context
 from typing import Any, Literal
 
+import numpy as np
+
 from tacos.classic import ALGORITHMS as CLASSIC_ALGORITHMS
 from tacos.classic import MAX_TRANSFERS, NEXT_TO_FAST_ENGINE, classic_schedule, compete
 from tacos.collective import Collective, CollectiveKind
@@ -76,7 +79,6 @@ from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfer
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.list_scheduling import improved
-from tacos.synthesizer.timing import renumber
 from tacos.synthesizer.trees import tree_collective, tree_layouts
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
@@ -292,10 +294,18 @@ def _synthesize_tacos(
         meta["sends_in_flight"] = sends_in_flight
     if len(tenants.specs) == 1:
         return [Schedule(topology, tenants.specs[0], transfers, meta)]
+    # Each tenant's transfers, chunk ids its own (a transfer depends only on transfers of
+    # its chunk, so on its tenant's).
+    table = (
+        transfers
+        if isinstance(transfers, TransferTable)
+        else TransferTable.from_transfers(transfers)
+    )
     schedules = []
     for group, (spec, offset) in enumerate(zip(tenants.specs, tenants.offsets, strict=True)):
-        mine = [i for i, t in enumerate(transfers) if tenants.group_of(t.chunk) == group]
-        local = [replace(t, chunk=t.chunk - offset) for t in renumber(transfers, mine)]
+        ours = (table.chunk >= offset) & (table.chunk < offset + spec.num_chunks)
+        mine = table.take(np.flatnonzero(ours))
+        local = replace(mine, chunk=mine.chunk - offset)
         group_meta = {**meta, "tenant": group, "tenants": len(tenants.specs)}
         schedules.append(Schedule(topology, spec, local, group_meta))
     return schedules
@@ -344,7 +354,7 @@ def fastest_greedy(
         own_first, near = attempt
         if engine == "fast":
             fast = FastSettings(rng, policy, sends_in_flight, delivery, own_first, near)
-            return fast_transfers(topology, tenants.specs[0], fast)
+            return fast_transfers(topology, tenants, fast)
         settings = Settings(rng, policy, sends_in_flight, delivery, own_first, near)
         return synthesize_transfers(topology, tenants, settings)
 
@@ -390,9 +400,8 @@ def _deliveries(topology: Topology, tenants: Tenants) -> int:
         mirror = tenants.as_kind(CollectiveKind.ALL_GATHER)
     else:
         mirror = tenants
-    if fast_unsupported(topology, mirror.specs) is None:  # every NPU wants every chunk
-        (spec,) = mirror.specs
-        return phases * (topology.num_npus - 1) * spec.num_chunks
+    if mirror.kind is CollectiveKind.ALL_GATHER:  # each rank wants its tenant's chunks not its own
+        return phases * sum((len(spec.ranks) - 1) * spec.num_chunks for spec in mirror.specs)
     sources = mirror.sources()
     return phases * sum(w.bit_count() for w in mirror.wants(topology.num_nodes, sources))
 

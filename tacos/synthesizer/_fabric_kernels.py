@@ -1,8 +1,10 @@
 """Numba kernels of the fast engine on switched topologies: the greedy over fabric paths, replay.
 
 :func:`run_fabric_spread` is :func:`tacos.synthesizer.greedy.greedy_spread`
-compiled for the fast engine's scope (every NPU wants every chunk it does not
-start with, one source per chunk, no port limit) on topologies with switches:
+compiled for the fast engine's scope (one source per chunk; every NPU wants
+every chunk it does not start with, or, on topologies without switches, a
+range of them, which other nodes relay: :func:`_relays`) on topologies with
+switches, and on NPU-only ones for tenants and subsets of ranks:
 the same events, candidate links, random draws and decisions, so the same
 transfers in the same order. It is written for clarity more than for the
 last cache miss (unlike :func:`tacos.synthesizer._kernels.run_spread`, which
@@ -41,6 +43,7 @@ from tacos.synthesizer._kernels import (
     shuffle,
     sort_landed,
     touch,
+    wanted_word,
 )
 from tacos.synthesizer.greedy import MAX_RIVALS
 
@@ -655,6 +658,57 @@ def match_destinations(
     return num_work, visit
 
 
+# ---------------------------------------------------------------- relays
+# Where nodes want only some chunks (tenants, a subset of ranks), a node may
+# relay a chunk it does not want towards one that does (the reference's
+# ``_candidates``): per chunk, the NPUs still waiting for it (``waiting``, bits
+# only cleared), and per direct link ``u -> v``, the NPUs that want something
+# and that ``v`` is nearer to than ``u`` (``nearer``, made on first use).
+@njit(cache=True, inline="always")
+def _claim(v: int, chunk: int, taken: np.ndarray, closed: np.ndarray, waiting: np.ndarray) -> None:
+    """``v`` has or receives ``chunk``: it no longer takes it, nor waits for it."""
+    w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
+    taken[v, w] |= bit
+    closed[v, w] |= bit
+    if waiting.shape[0]:
+        waiting[chunk, v >> 6] &= ~(_ONE << np.uint64(v & 63))
+
+
+@njit(cache=True, inline="always")
+def _relays(
+    link: int,
+    u: int,
+    v: int,
+    holds: np.ndarray,
+    taken: np.ndarray,
+    wants: tuple,  # type: ignore[type-arg]
+) -> bool:
+    """The chunks the direct link ``link`` (``u -> v``) would relay, into ``relay[0]``:
+    those ``u`` holds and ``v`` neither holds nor receives, for which ``v`` is nearer
+    than ``u`` to an NPU still waiting for them. Whether there are any."""
+    want_lo, want_hi, _, waiting, nearer, nearer_known, dist, relay, _ = wants
+    if not nearer_known[link]:
+        nearer_known[link] = True
+        for t in range(dist.shape[0]):
+            if want_lo[t] < want_hi[t] and dist[v, t] < dist[u, t]:
+                nearer[link, t >> 6] |= _ONE << np.uint64(t & 63)
+    found = False
+    for w in range(holds.shape[1]):
+        eligible = holds[u, w] & ~taken[v, w]
+        bits = np.uint64(0)
+        while eligible:
+            bit = lowest_bit(eligible)
+            eligible &= eligible - _ONE
+            chunk = w * 64 + bit
+            for tw in range(nearer.shape[1]):
+                if waiting[chunk, tw] & nearer[link, tw]:
+                    bits |= _ONE << np.uint64(bit)
+                    break
+        relay[0, w] = bits
+        found |= bits != 0
+    return found
+
+
 # ---------------------------------------------------------------- the event loop
 @njit(cache=True)
 def run_fabric_spread(
@@ -692,6 +746,9 @@ def run_fabric_spread(
     source_node: np.ndarray,
     source_time: np.ndarray,
     link_free_at: np.ndarray,
+    want_lo: np.ndarray,
+    want_hi: np.ndarray,
+    dist: np.ndarray,
     wanted: int,
     rarest: bool,
     compare_all_up_to: int,
@@ -702,8 +759,11 @@ def run_fabric_spread(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The reference's spread: transfers in decision order, and how many chunks are missing.
 
-    Chunk ``c`` starts on ``source_node[c]`` at ``source_time[c]``; ``wanted``
-    counts the (NPU, chunk) pairs to deliver; ``ports`` > 0 is the reference's
+    Chunk ``c`` starts on ``source_node[c]`` at ``source_time[c]``; node ``v`` wants
+    the chunks ``want_lo[v] <= c < want_hi[v]`` it does not start with, ``wanted``
+    of them in all. Where some NPU wants only some chunks, ``dist[x, t]`` (per-chunk
+    time from NPU ``x`` to NPU ``t``) decides relays (see :func:`_relays`; direct links
+    only, not paths through switches), else it has no rows; ``ports`` > 0 is the reference's
     ``sends_in_flight`` (:mod:`._kernels`' ``run_spread`` says what it changes). Returns
     chunk, link, start, end and dependency of every transfer (a transfer
     index plus ``index_offset``, or ``-2 - c``: the source dependencies of
@@ -718,6 +778,26 @@ def run_fabric_spread(
     taken = np.zeros((num_nodes, words), np.uint64)
     for chunk in range(num_chunks):
         taken[source_node[chunk], chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+    # relays: closed = taken and the chunks a node does not want (taken itself when every
+    # node wants every chunk), and what _relays reads
+    closed, waiting = taken, np.zeros((0, 0), np.uint64)
+    num_npus = dist.shape[0]
+    nearer = np.zeros((num_links if num_npus else 0, (num_npus + 63) // 64), np.uint64)
+    nearer_known = np.zeros(nearer.shape[0], np.bool_)
+    relay = np.zeros((1, words), np.uint64)
+    nothing = np.zeros((1, words), np.uint64)
+    if num_npus:
+        closed = taken.copy()
+        for node in range(num_nodes):
+            for w in range(words):
+                unwanted = ~wanted_word(want_lo[node], want_hi[node], w)
+                closed[node, w] |= unwanted & wanted_word(0, num_chunks, w)
+        waiting = np.zeros((num_chunks, nearer.shape[1]), np.uint64)
+        for node in range(num_npus):
+            for chunk in range(want_lo[node], want_hi[node]):
+                if source_node[chunk] != node:
+                    waiting[chunk, node >> 6] |= _ONE << np.uint64(node & 63)
+    wants = (want_lo, want_hi, closed, waiting, nearer, nearer_known, dist, relay, nothing)
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
@@ -878,7 +958,7 @@ def run_fabric_spread(
     state = np.array([ev_size, seq, remaining, count, decision, visit, dropped], np.int64)
     while _run_instants(
         topo, fabric_tables, group_tables, scan_scratch, spread, owned, flights, matchings,
-        scratch, (ev_times, ev_rows),
+        scratch, wants, (ev_times, ev_rows),
         (out_chunk, out_link, out_start, out_end, out_dep, sender_of), state, num_chunks,
         rarest, compare_all_up_to, index_offset, max_hops, ports, mt, counters,
     ):  # fmt: skip
@@ -939,6 +1019,7 @@ def _run_instants(
     flights: tuple,  # type: ignore[type-arg]
     matchings: tuple,  # type: ignore[type-arg]
     scratch: tuple,  # type: ignore[type-arg]
+    wants: tuple,  # type: ignore[type-arg]
     events: tuple,  # type: ignore[type-arg]
     out: tuple,  # type: ignore[type-arg]
     state: np.ndarray,
@@ -968,6 +1049,8 @@ def _run_instants(
      path) = scratch  # fmt: skip
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
     _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base = fabric_tables
+    want_lo, want_hi, closed, waiting, _, _, dist, relay, nothing = wants
+    partial = dist.shape[0] > 0
     ev_times, ev_rows = events
     out_chunk, out_link, out_start, out_end, out_dep, sender_of = out
     num_links = link_src.shape[0]
@@ -998,7 +1081,7 @@ def _run_instants(
                 continue
             if kind == AVAILABLE:
                 node, chunk = b, a
-                taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+                _claim(node, chunk, taken, closed, waiting)
                 if own_last_word[node] >= 0:  # it sends own chunks first
                     own[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
                     own_held[node] += 1
@@ -1018,7 +1101,7 @@ def _run_instants(
                 arrived_by[node, chunk] = a + index_offset
             if _hold(node, chunk, holds, gained, held):
                 num_touched = touch(node, is_touched, touched, num_touched)
-                if source_node[chunk] != node:
+                if source_node[chunk] != node and want_lo[node] <= chunk < want_hi[node]:
                     remaining -= 1
         # Overtaken transfers landing now carry what their receivers still lack (rebind).
         sort_landed(landed, num_landed, flight_start)
@@ -1026,7 +1109,7 @@ def _run_instants(
             lk = landed[i]
             u, node, row = link_src[lk], link_dst[lk], flight_row[lk]
             overtaken[lk], flight_row[lk] = False, -1
-            chunk = pick_chunk(start_holds, rival_slot[lk], node, taken, node, holds, inbr_ptr,
+            chunk = pick_chunk(start_holds, rival_slot[lk], node, closed, node, holds, inbr_ptr,
                                inbrs, copies, rarest, compare_all_up_to, pool, mt,
                                counters)  # fmt: skip
             out_chunk[row] = chunk
@@ -1035,7 +1118,7 @@ def _run_instants(
                 continue
             out_dep[row] = -2 - chunk if source_node[chunk] == u else arrived_by[u, chunk]
             arrived_by[node, chunk] = row + index_offset
-            taken[node, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+            _claim(node, chunk, taken, closed, waiting)
             _cover_gain(node, chunk, covers, watch, watch_head)
             copies[chunk] += 1
             _hold(node, chunk, holds, gained, held)
@@ -1138,24 +1221,34 @@ def _run_instants(
                     overtakable = not ports and slow_in_ptr[v] < slow_in_ptr[v + 1]
                     may_overtake = overtakable and find_overtakes(
                         link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
-                        flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
+                        flight_chunk, overtaken, rival_slot, start_holds, holds, taken, closed,
+                        want_lo[v], want_hi[v], late,
                     )  # fmt: skip
                     again = -1.0
                     if (
                         not ports
                         and rivals_ptr[link] < rivals_ptr[link + 1]
-                        and sends_some(u, v, holds, taken)
+                        and sends_some(u, v, holds, closed)
                     ):
                         again = leave_to_rivals(link, now, rivals_ptr, rivals, link_src, link_dst,
-                                                link_time, free_at, holds, taken, num_chunks,
+                                                link_time, free_at, holds, closed, num_chunks,
                                                 rival_cap, rival_src, only_within)  # fmt: skip
                     if again < 0:
-                        chosen_chunk = pick_chunk(holds, u, v, taken, v, holds, inbr_ptr, inbrs,
+                        chosen_chunk = pick_chunk(holds, u, v, closed, v, holds, inbr_ptr, inbrs,
                                                   copies, rarest, compare_all_up_to, pool, mt,
                                                   counters)  # fmt: skip
+                        if (
+                            chosen_chunk < 0
+                            and partial
+                            and _relays(link, u, v, holds, taken, wants)
+                        ):
+                            chosen_chunk = pick_chunk(relay, 0, v, nothing, 0, holds, inbr_ptr,
+                                                      inbrs, copies, rarest, compare_all_up_to,
+                                                      pool, mt, counters)  # fmt: skip
                     if may_overtake:
                         overtaking = settle_overtakes(v, chosen_chunk, late, slow_in_ptr, slow_in,
-                                                      flight_chunk, overtaken, taken)  # fmt: skip
+                                                      flight_chunk, overtaken, taken,
+                                                      closed)  # fmt: skip
                     if again >= 0:
                         ev_size, seq = _look_again(
                             link, again, looking_again, ev_times, ev_rows, ev_size, seq
@@ -1236,7 +1329,7 @@ def _run_instants(
                 seq += 1
                 sender_of[count - 1] = u
                 outstanding[u] += 1
-                taken[v, chunk >> 6] |= _ONE << np.uint64(chunk & 63)
+                _claim(v, chunk, taken, closed, waiting)
                 _cover_gain(v, chunk, covers, watch, watch_head)
                 if not overtaking:  # else the overtaken copy's count stands for this one
                     copies[chunk] += 1

@@ -723,6 +723,20 @@ def pick_chunk(
 # overtaken; ``flight_chunk[l]`` is what such a link is bringing (-1: nothing),
 # ``overtaken[l]`` whether a faster copy overtook it, ``flight_start[l]`` when it
 # started, and ``start_holds[rival_slot[l]]`` what its sender held then.
+@njit(cache=True, inline="always")
+def wanted_word(lo: int, hi: int, w: int) -> np.uint64:
+    """Word ``w`` of the chunks ``lo <= chunk < hi`` (a node's wants, as a range)."""
+    first = w * 64
+    if hi <= first or lo >= first + 64:
+        return np.uint64(0)
+    bits = ~np.uint64(0)
+    if lo > first:
+        bits &= ~((_ONE << np.uint64(lo - first)) - _ONE)
+    if hi < first + 64:
+        bits &= (_ONE << np.uint64(hi - first)) - _ONE
+    return bits
+
+
 @njit(cache=True)
 def find_overtakes(
     link: int,
@@ -739,6 +753,9 @@ def find_overtakes(
     start_holds: np.ndarray,
     holds: np.ndarray,
     taken: np.ndarray,
+    closed: np.ndarray,
+    want_lo: int,
+    want_hi: int,
     late: np.ndarray,
 ) -> bool:
     """The reference's ``_overtakes``: clear them from ``taken`` of the receiver, note them.
@@ -746,10 +763,12 @@ def find_overtakes(
     Sets ``late`` (zero on entry) to the chunks ``link`` would bring its
     receiver sooner than the slower transfers now bringing them (when ``link``
     has nothing else for the receiver, or the slower transfer's sender held
-    something else it lacks when the transfer started), and removes
-    them from the receiver's ``taken`` row, so that the chunk choice and
-    :func:`leave_to_rivals` count them as lacking; :func:`settle_overtakes` puts
-    them back. A slow link's transfer ends when the link frees (the fast
+    something else the receiver wants and lacks when the transfer started), and removes
+    them from the receiver's ``taken`` row (and its ``closed`` row, what it has, receives
+    or does not want, where it wants them: ``want_lo <= chunk < want_hi``), so that
+    the chunk choice and :func:`leave_to_rivals` count them as lacking;
+    :func:`settle_overtakes` puts them back. ``closed`` may be ``taken`` (every node
+    wants every chunk). A slow link's transfer ends when the link frees (the fast
     engine's link model).
     """
     u, v = link_src[link], link_dst[link]
@@ -762,11 +781,12 @@ def find_overtakes(
         if chunk < 0 or overtaken[slow] or not arrival < free_at[slow] * SOONER:
             continue
         w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
-        if holds[u, w] & bit and (idle or sends_some(rival_slot[slow], v, start_holds, taken)):
+        if holds[u, w] & bit and (idle or sends_some(rival_slot[slow], v, start_holds, closed)):
             late[w] |= bit
             found = True
     for w in range(late.shape[0]):
         taken[v, w] &= ~late[w]
+        closed[v, w] &= ~(late[w] & wanted_word(want_lo, want_hi, w))
     return found
 
 
@@ -780,6 +800,7 @@ def settle_overtakes(
     flight_chunk: np.ndarray,
     overtaken: np.ndarray,
     taken: np.ndarray,
+    closed: np.ndarray,
 ) -> bool:
     """Undo :func:`find_overtakes` (``late`` back to zero); whether ``chosen`` overtakes.
 
@@ -788,6 +809,7 @@ def settle_overtakes(
     overtakes = chosen >= 0 and (late[chosen >> 6] >> np.uint64(chosen & 63)) & _ONE
     for w in range(late.shape[0]):
         taken[v, w] |= late[w]
+        closed[v, w] |= late[w]
         late[w] = np.uint64(0)
     if overtakes:
         for j in range(slow_in_ptr[v], slow_in_ptr[v + 1]):
@@ -1055,7 +1077,8 @@ def run_spread(
             # link's counts do not apply: the choice reads the bit sets (pick_chunk).
             may_overtake = overtakable and slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
                 link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
-                flight_chunk, overtaken, rival_slot, start_holds, holds, taken, late,
+                flight_chunk, overtaken, rival_slot, start_holds, holds, taken, taken, 0,
+                copies.shape[0], late,
             )  # fmt: skip
             again = -1.0
             if (
@@ -1083,7 +1106,7 @@ def run_spread(
                                      in_ptr, in_links, in_srcs, compare_all_up_to, pool, planes, mt,
                                      counters)  # fmt: skip
             overtaking = may_overtake and settle_overtakes(
-                v, chunk, late, slow_in_ptr, slow_in, flight_chunk, overtaken, taken
+                v, chunk, late, slow_in_ptr, slow_in, flight_chunk, overtaken, taken, taken
             )
             if again >= 0:
                 left_chunks[link] = True
@@ -1141,6 +1164,18 @@ def run_spread(
 
 
 # ---------------------------------------------------------------- transfers of a spread
+@njit(cache=True)
+def needed_rows(goal: np.ndarray, deps_ptr: np.ndarray, deps: np.ndarray) -> np.ndarray:
+    """The reference's ``prune``: the rows that reach a ``goal`` or feed, through
+    dependencies, one that does (dependencies come before their dependants)."""
+    needed = goal.copy()
+    for row in range(goal.shape[0] - 1, -1, -1):
+        if needed[row]:
+            for j in range(deps_ptr[row], deps_ptr[row + 1]):
+                needed[deps[j]] = True
+    return needed
+
+
 @njit(cache=True)
 def spread_columns(
     chunk: np.ndarray,

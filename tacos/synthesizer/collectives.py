@@ -76,6 +76,11 @@ class Tenants:
         return self.specs[0].chunk_bytes
 
     @property
+    def num_chunks(self) -> int:
+        """All tenants' chunks."""
+        return sum(spec.num_chunks for spec in self.specs)
+
+    @property
     def offsets(self) -> list[int]:
         offsets, total = [], 0
         for spec in self.specs:

@@ -29,31 +29,37 @@ order, drawing from a copy of CPython's Mersenne Twister
   no-ops on a spread (:func:`_spread` says why); the Reduce-Scatter's reversed
   spread is re-timed by one array pass (:func:`retime_npu_links`).
 
-Scope: one collective whose ranks are all the NPUs, All-Gather, Reduce-Scatter
-or All-Reduce, with or without a port limit (``sends_in_flight``: a node with
-that many messages on their way sends nothing, and the re-timing replays the
-ports, :func:`~.fast_fabric.replay_table`). Then every node wants every chunk it lacks,
-so relays (and the reference's "brings closer" rule) never arise. Topologies
-with switches take :mod:`.fast_fabric` (the same greedy with paths through
-the fabric, re-timed by a compiled replay); the rest of this module serves
-NPU-only topologies up to tens of thousands of NPUs. :func:`fast_unsupported` says why a
-problem is out of scope; ``synthesize(engine="auto")`` then uses the reference.
+Scope: All-Gather, Reduce-Scatter or All-Reduce, with or without a port limit
+(``sends_in_flight``: a node with that many messages on their way sends
+nothing, and the re-timing replays the ports, :func:`~.fast_fabric.replay_table`).
+Where one collective's ranks are all the NPUs, every node wants every chunk it
+lacks, so relays (and the reference's "brings closer" rule) never arise:
+topologies with switches take :mod:`.fast_fabric` (the same greedy with paths
+through the fabric, re-timed by a compiled replay), and the rest of this module
+serves NPU-only topologies up to tens of thousands of NPUs. Several tenants, or
+ranks that are a subset of the NPUs, on an NPU-only topology take
+:func:`_relayed_spread`: the fabric kernel, which relays on direct links, then
+the reference's prune and re-timing passes (relays through switches are still
+the reference's). :func:`fast_unsupported` says why a problem is out of scope;
+``synthesize(engine="auto")`` then uses the reference.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.schedule import Op
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.attempts import fastest_attempt, finish_us
-from tacos.synthesizer.fast_fabric import fabric_spread, replay_table
+from tacos.synthesizer.collectives import Tenants
+from tacos.synthesizer.fast_fabric import WantedRanges, fabric_spread, replay_table
 from tacos.synthesizer.greedy import (
     MAX_RIVALS,
     RAREST_COMPARE_ALL,
@@ -64,7 +70,7 @@ from tacos.synthesizer.ownership import collective_owners, owner_layouts
 from tacos.synthesizer.routes import rarest_neighbours
 from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
-from tacos.transfers import TransferTable
+from tacos.transfers import OP_CODES, TransferTable
 
 FAST_KINDS = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE)
 BLOCK_TRANSFERS = 1 << 20
@@ -78,19 +84,19 @@ process next (see _kernels.prefetch): 4 measured 12% faster than none at 16,384 
 8 no better."""
 
 
-def fast_unsupported(topology: Topology, collectives: tuple[Collective, ...]) -> str | None:
+def fast_unsupported(topology: Topology, collectives: Sequence[Collective]) -> str | None:
     """Why the fast engine cannot synthesize this problem, or None when it can (with or
-    without a port limit)."""
+    without a port limit; several tenants, or a subset of ranks, without switches)."""
     if not topology.cost.is_default:
         return f"it models the paper's links and free reductions, not {topology.cost.describe()}"
-    if len(collectives) != 1:
-        return "several tenants share the links"
-    (spec,) = collectives
-    if spec.kind not in FAST_KINDS:
-        return f"{spec.kind} is not All-Gather, Reduce-Scatter or All-Reduce"
-    if len(spec.ranks) != topology.num_npus:
-        return "the ranks are a subset of the NPUs (relays need the reference)"
-    if spec.num_chunks >= 2**31 or len(topology.links) >= 2**31:
+    kind = collectives[0].kind
+    if kind not in FAST_KINDS:
+        return f"{kind} is not All-Gather, Reduce-Scatter or All-Reduce"
+    ranks = sum(len(spec.ranks) for spec in collectives)
+    if (len(collectives) > 1 or ranks != topology.num_npus) and topology.num_switches:
+        what = "several tenants share" if len(collectives) > 1 else "a subset of the NPUs uses"
+        return f"{what} a topology with switches (relays through switches need the reference)"
+    if sum(spec.num_chunks for spec in collectives) >= 2**31 or len(topology.links) >= 2**31:
         return "more than 2**31 chunks or links"
     return None
 
@@ -359,18 +365,34 @@ class FastSettings:
     near_fraction: float = 1.0
 
 
-def fast_transfers(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
-    """The transfers ``synthesize_transfers`` returns for ``spec``, as a table."""
-    if spec.kind is CollectiveKind.ALL_REDUCE:
-        return _all_reduce(topology, spec, settings)
-    if spec.kind is CollectiveKind.REDUCE_SCATTER:
-        return _reduce_scatter(topology, spec, settings)
-    return _spread(topology, spec, Sources.at_owners(spec), settings)
+def fast_transfers(topology: Topology, tenants: Tenants, settings: FastSettings) -> TransferTable:
+    """The transfers ``synthesize_transfers`` returns for ``tenants``, as a table."""
+    if tenants.kind is CollectiveKind.ALL_REDUCE:
+        return _all_reduce(topology, tenants, settings)
+    if tenants.kind is CollectiveKind.REDUCE_SCATTER:
+        return _reduce_scatter(topology, tenants, settings)
+    return _spread(topology, tenants, Sources.at(_owners(tenants)), settings)
+
+
+def _owners(tenants: Tenants) -> np.ndarray:
+    """Each chunk's owning NPU, the tenants' chunks one after the other (global ids)."""
+    return np.concatenate([collective_owners(spec) for spec in tenants.specs])
+
+
+def _wanted_ranges(topology: Topology, tenants: Tenants) -> WantedRanges:
+    """What each node wants: its tenant's chunks (consecutive global ids), or none."""
+    lo = np.zeros(topology.num_nodes, np.int64)
+    hi = np.zeros(topology.num_nodes, np.int64)
+    for spec, offset in zip(tenants.specs, tenants.offsets, strict=True):
+        ranks = np.asarray(spec.ranks, np.int64)
+        lo[ranks], hi[ranks] = offset, offset + spec.num_chunks
+    partial = len(tenants.specs) > 1 or len(tenants.specs[0].ranks) != topology.num_npus
+    return WantedRanges(lo, hi, partial)
 
 
 def _spread(
     topology: Topology,
-    spec: Collective,
+    tenants: Tenants,
     sources: Sources,
     settings: FastSettings,
     *,
@@ -386,22 +408,30 @@ def _spread(
     something to send is matched at once, so each transfer already starts when
     its link is free and its chunk has arrived, which is what re-timing computes.
     Under a port limit it re-times as the reference does (:func:`_retimed`).
-    ``tests/test_fast.py`` checks the result against the reference's.
+    Where nodes want only some chunks (tenants, a subset of ranks) it runs
+    :func:`_relayed_spread`. ``tests/test_fast.py`` checks the result against the
+    reference's.
     """
-    if topology.num_nodes * spec.num_chunks > IN_MEMORY_PAIRS:
+    num_chunks, chunk_bytes = tenants.num_chunks, tenants.chunk_bytes
+    if topology.num_nodes * num_chunks > IN_MEMORY_PAIRS:
         raise TacosError(
-            f"{topology.num_nodes} nodes x {spec.num_chunks} chunks makes too many transfers "
+            f"{topology.num_nodes} nodes x {num_chunks} chunks makes too many transfers "
             "to keep in memory; stream an All-Gather to disk: tacos synthesize --stream FILE "
             "(tacos.stream.stream_all_gather)"
         )
+    wants = _wanted_ranges(topology, tenants)
+    if wants.partial:
+        return _relayed_spread(
+            topology, wants, chunk_bytes, sources, settings, link_free_at, earlier
+        )
     if topology.num_switches:
-        return _fabric_spread(topology, spec, sources, settings, link_free_at, earlier)
+        return _fabric_spread(topology, chunk_bytes, sources, settings, link_free_at, earlier)
     blocks = list(
         spread_blocks(
             topology,
             sources,
-            spec.num_chunks,
-            spec.chunk_bytes,
+            num_chunks,
+            chunk_bytes,
             settings.rng,
             settings.policy,
             link_free_at=link_free_at,
@@ -410,16 +440,16 @@ def _spread(
         )
     )
     offset = 0 if earlier is None else len(earlier)
-    spread = spread_table(topology, blocks, sources, spec.chunk_bytes, offset)
+    spread = spread_table(topology, blocks, sources, chunk_bytes, offset)
     table = spread if earlier is None else _in_start_order(_concat(earlier, spread))
     if any(block.late for block in blocks) or settings.sends_in_flight is not None:
-        table = _retimed(table, topology, spec.chunk_bytes, settings.sends_in_flight)
-    return _shorten_tail(table, topology, spec.chunk_bytes, settings.sends_in_flight)
+        table = _retimed(table, topology, chunk_bytes, settings.sends_in_flight)
+    return _shorten_tail(table, topology, chunk_bytes, settings.sends_in_flight)
 
 
 def _fabric_spread(
     topology: Topology,
-    spec: Collective,
+    chunk_bytes: int,
     sources: Sources,
     settings: FastSettings,
     link_free_at: np.ndarray | None,
@@ -433,16 +463,45 @@ def _fabric_spread(
     """
     offset = 0 if earlier is None else len(earlier)
     spread = fabric_spread(
-        topology, sources.node, sources.time, sources.deps_ptr, sources.deps, spec.chunk_bytes,
+        topology, sources.node, sources.time, sources.deps_ptr, sources.deps, chunk_bytes,
         settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
         own_first=settings.own_first, near_fraction=settings.near_fraction,
         sends_in_flight=settings.sends_in_flight,
     )  # fmt: skip
     if settings.on_delivery:
-        settings.on_delivery((topology.num_npus - 1) * spec.num_chunks)
+        settings.on_delivery((topology.num_npus - 1) * len(sources.node))
     combined = spread if earlier is None else _concat(earlier, spread)
-    replayed = _retimed(combined, topology, spec.chunk_bytes, settings.sends_in_flight)
-    return _shorten_tail(replayed, topology, spec.chunk_bytes, settings.sends_in_flight)
+    replayed = _retimed(combined, topology, chunk_bytes, settings.sends_in_flight)
+    return _shorten_tail(replayed, topology, chunk_bytes, settings.sends_in_flight)
+
+
+def _relayed_spread(
+    topology: Topology,
+    wants: WantedRanges,
+    chunk_bytes: int,
+    sources: Sources,
+    settings: FastSettings,
+    link_free_at: np.ndarray | None,
+    earlier: TransferTable | None,
+) -> TransferTable:
+    """:func:`_spread` where nodes want only some chunks, as the reference: the greedy
+    with relays (:func:`.fabric_spread`, whose kernel relays on direct links), then
+    the reference's passes on the transfers in start order: prune the relays that
+    fed no node wanting their chunk, re-time, shorten the tail."""
+    offset = 0 if earlier is None else len(earlier)
+    spread = fabric_spread(
+        topology, sources.node, sources.time, sources.deps_ptr, sources.deps, chunk_bytes,
+        settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
+        own_first=settings.own_first, near_fraction=settings.near_fraction,
+        sends_in_flight=settings.sends_in_flight, wants=wants,
+    )  # fmt: skip
+    if settings.on_delivery:
+        settings.on_delivery(wants.count(sources.node))
+    combined = _in_start_order(spread if earlier is None else _concat(earlier, spread))
+    goal = wants.wanted(combined.dst, combined.chunk) | (combined.op == OP_CODES.index(Op.REDUCE))
+    kept = combined.take(np.flatnonzero(K.needed_rows(goal, combined.deps_ptr, combined.deps)))
+    retimed = _retimed(kept, topology, chunk_bytes, settings.sends_in_flight)
+    return _shorten_tail(retimed, topology, chunk_bytes, settings.sends_in_flight)
 
 
 def _retimed(
@@ -499,15 +558,13 @@ def spread_table(
 
 
 def _reduce_scatter(
-    topology: Topology, spec: Collective, settings: FastSettings, owners: Sources | None = None
+    topology: Topology, tenants: Tenants, settings: FastSettings, owners: Sources | None = None
 ) -> TransferTable:
     """All-Gather on the transposed topology, played backwards as reductions into ``owners``
     (by default the collective's own)."""
-    mirror = Collective(
-        CollectiveKind.ALL_GATHER, spec.ranks, spec.chunks_per_rank, spec.chunk_bytes
-    )
+    mirror = tenants.as_kind(CollectiveKind.ALL_GATHER)
     if owners is None:
-        owners = Sources.at_owners(mirror)
+        owners = Sources.at(_owners(mirror))
     spread = _spread(topology.transposed(), mirror, owners, settings)
     finish = spread.end.max()
     # Played backwards, transfer X waits for the reversals of the transfers that
@@ -525,40 +582,44 @@ def _reduce_scatter(
         ptr,
         forwarded_by,
     )
-    return _retimed(backwards, topology, spec.chunk_bytes, settings.sends_in_flight)
+    return _retimed(backwards, topology, tenants.chunk_bytes, settings.sends_in_flight)
 
 
-def _all_reduce(topology: Topology, spec: Collective, settings: FastSettings) -> TransferTable:
+def _all_reduce(topology: Topology, tenants: Tenants, settings: FastSettings) -> TransferTable:
     """The faster All-Reduce of the owner layouts worth trying, as the reference does."""
     quiet = replace(settings, on_delivery=None)
     return fastest_attempt(
-        owner_layouts(topology, [spec]),
+        owner_layouts(topology, tenants.specs),
         settings.rng,
         lambda owners, reports: _all_reduce_owned(
-            topology, spec, settings if reports else quiet, owners[0]
+            topology, tenants, settings if reports else quiet, np.concatenate(owners)
         ),
         finish_us,
     )
 
 
 def _all_reduce_owned(
-    topology: Topology, spec: Collective, settings: FastSettings, owners: np.ndarray
+    topology: Topology, tenants: Tenants, settings: FastSettings, owners: np.ndarray
 ) -> TransferTable:
-    """Reduce-Scatter into ``owners`` (per chunk), then All-Gather of each reduced chunk
-    from its owner, overlapped."""
+    """Reduce-Scatter into ``owners`` (per chunk, global ids), then All-Gather of each
+    reduced chunk from its owner, overlapped."""
     at_owners = Sources.at(owners)
-    reduction = _reduce_scatter(topology, spec, settings, at_owners)
+    reduction = _reduce_scatter(topology, tenants, settings, at_owners)
     final = np.nonzero(reduction.dst == at_owners.node[reduction.chunk])[0]  # into the owner
     final = final[np.argsort(reduction.chunk[final], kind="stable")]
     final_chunks = reduction.chunk[final]
-    ptr = np.zeros(spec.num_chunks + 1, np.int64)
-    np.cumsum(np.bincount(final_chunks, minlength=spec.num_chunks), out=ptr[1:])
-    ready = np.zeros(spec.num_chunks)
+    num_chunks = tenants.num_chunks
+    ptr = np.zeros(num_chunks + 1, np.int64)
+    np.cumsum(np.bincount(final_chunks, minlength=num_chunks), out=ptr[1:])
+    ready = np.zeros(num_chunks)
     np.maximum.at(ready, final_chunks, reduction.end[final])
     link_free_at = np.zeros(len(topology.links))
     np.maximum.at(link_free_at, reduction.link, reduction.end)
     sources = Sources(at_owners.node, at_owners.chunk, ready, ptr, final)
-    return _spread(topology, spec, sources, settings, link_free_at=link_free_at, earlier=reduction)
+    gather = tenants.as_kind(CollectiveKind.ALL_GATHER)
+    return _spread(
+        topology, gather, sources, settings, link_free_at=link_free_at, earlier=reduction
+    )
 
 
 def retime_npu_links(

@@ -122,10 +122,10 @@ class FabricArrays:
             (len(np.unique(near_dist[near_ptr[v] : near_ptr[v + 1]])) for v in topology.npus),
             default=0,
         )
-        dag_sizes = np.diff(node_ptr)
+        dag_sizes = np.append(np.diff(node_ptr), 0)  # dag_of_link -1 (none) reads the 0
         # Each link into a switch has a row per position of its DAG in the kernel's tables.
         dest_base = np.zeros(num_links + 1, np.int64)
-        np.cumsum(np.where(dag_of_link >= 0, dag_sizes[dag_of_link], 0), out=dest_base[1:])
+        np.cumsum(dag_sizes[dag_of_link], out=dest_base[1:])
         matching_of_node = np.asarray(matching_groups(topology), np.int64)
         matching_of_link = np.where(dag_of_link >= 0, matching_of_node[link_dst], -1)
         one_uplink = np.asarray(one_uplink_hosts(topology), np.bool_)
@@ -135,6 +135,42 @@ class FabricArrays:
             near_nodes, near_dist, max_keys, dag_of_link, node_ptr, nodes, first_npu, edge_ptr,
             edge_links, edge_preds, path_us, dest_base, matching_of_link, one_uplink,
         )  # fmt: skip
+
+    def distances(self) -> np.ndarray:
+        """``dist[x, t]``: the per-chunk time from NPU ``x`` to NPU ``t`` (inf: no path),
+        the distances the reference's relays compare."""
+        num_npus = len(self.near_ptr) - 1
+        dist = np.full((num_npus, num_npus), np.inf)
+        targets = np.repeat(np.arange(num_npus), np.diff(self.near_ptr))
+        dist[self.near_nodes, targets] = self.near_dist
+        np.fill_diagonal(dist, 0.0)
+        return dist
+
+
+@dataclass(frozen=True)
+class WantedRanges:
+    """Per node, the chunks it must end with: ``lo[v] <= chunk < hi[v]`` (tenants' chunk ids
+    are consecutive), less those it starts with; ``partial`` when some NPU wants fewer
+    than all (then other nodes may relay)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    partial: bool
+
+    @classmethod
+    def everything(cls, num_nodes: int, num_npus: int, num_chunks: int) -> WantedRanges:
+        """Every NPU wants every chunk."""
+        hi = np.where(np.arange(num_nodes) < num_npus, num_chunks, 0)
+        return cls(np.zeros(num_nodes, np.int64), hi.astype(np.int64), False)
+
+    def wanted(self, node: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """Whether each ``node`` wants its ``chunk`` (or starts with it)."""
+        return (self.lo[node] <= chunk) & (chunk < self.hi[node])
+
+    def count(self, source_node: np.ndarray) -> int:
+        """How many (node, chunk) deliveries: every wanted chunk but the sources' own."""
+        own = self.wanted(source_node, np.arange(len(source_node)))
+        return int((self.hi - self.lo).sum() - own.sum())
 
 
 _cache: dict[tuple[int, int], tuple[Topology, FabricArrays]] = {}
@@ -167,8 +203,10 @@ def fabric_spread(
     own_first: bool = True,
     near_fraction: float = 1.0,
     sends_in_flight: int | None = None,
+    wants: WantedRanges | None = None,
 ) -> TransferTable:
-    """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU.
+    """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU,
+    or to the NPUs that ``wants`` says want it (relayed by others on direct links).
 
     Transfers in decision order (the reference's order, before sorting);
     dependencies index them plus ``index_offset``, or are the source's
@@ -176,6 +214,9 @@ def fabric_spread(
     """
     arrays = fabric_arrays(topology, chunk_bytes)
     num_chunks = len(source_node)
+    if wants is None:
+        wants = WantedRanges.everything(topology.num_nodes, topology.num_npus, num_chunks)
+    dist = arrays.distances() if wants.partial else np.zeros((0, 0))
     random_state = RandomState(rng)
     free_at = np.zeros(len(topology.links)) if link_free_at is None else link_free_at
     chunk, link, start, end, dep, missing = FK.run_fabric_spread(
@@ -188,7 +229,8 @@ def fabric_spread(
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
         arrays.matching_of_link, arrays.one_uplink & own_first, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
-        np.asarray(free_at, np.float64), (topology.num_npus - 1) * num_chunks,
+        np.asarray(free_at, np.float64), wants.lo, wants.hi, dist,
+        wants.count(np.asarray(source_node, np.int64)),
         policy == "rarest", RAREST_COMPARE_ALL, index_offset, sends_in_flight or 0,
         random_state.mt, random_state.counters,
     )  # fmt: skip
