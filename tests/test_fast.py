@@ -163,12 +163,15 @@ def both_engines_for_tenants(topo, groups, kind, chunks, seed, policy, sends_in_
     return reference, compiled
 
 
-@pytest.mark.parametrize("name", ["ring:8", "mesh2d:4x5", "torus2d:4x4", "hypercube:4", "hetero"])
+@pytest.mark.parametrize(
+    "name", ["ring:8", "mesh2d:4x5", "torus2d:4x4", "hypercube:4", "hetero", *SWITCHED]
+)
 @pytest.mark.parametrize("groups", ["halves", "interleaved", "every third", "inner"])
 @pytest.mark.parametrize("kind", [AG, RS, AR])
 def test_fast_makes_the_reference_schedule_for_tenants_and_subsets(name, groups, kind):
-    """Where nodes want only some chunks, other nodes relay them on their way (direct
-    links): the same relays, pruned, re-timed, in both engines, one schedule per tenant."""
+    """Where nodes want only some chunks, other nodes relay them on their way (over
+    direct links and paths through switches): the same relays, pruned, re-timed, in
+    both engines, one schedule per tenant."""
     topo = heterogeneous_mesh(4, 3) if name == "hetero" else tacos.from_spec(name)
     n = topo.num_npus
     chosen = {
@@ -187,9 +190,9 @@ def test_fast_makes_the_reference_schedule_for_tenants_and_subsets(name, groups,
 
 def test_fast_matches_for_tenants_and_subsets_on_random_topologies():
     rnd = random.Random(19)
-    for trial in range(30):
+    for trial in range(45):
         npus = rnd.randint(5, 12)
-        topo = random_topology(rnd, npus)
+        topo = random_switched_topology(rnd, npus) if trial % 3 else random_topology(rnd, npus)
         ranks = rnd.sample(range(npus), rnd.randint(4, npus))
         cut = rnd.randint(2, len(ranks) - 2)
         groups = [sorted(ranks[:cut]), sorted(ranks[cut:])] if trial % 2 else [sorted(ranks)]
@@ -256,14 +259,13 @@ def test_auto_takes_the_fast_engine_only_where_it_applies():
     switched = Collective(AG, tuple(switch.npus))
     assert tacos.synthesize(switch, switched).meta["engine"] == "fast"
     tenants = (Collective(AG, tuple(range(40))), Collective(AG, tuple(range(40, 80))))
-    with pytest.raises(TacosError, match="cannot synthesize this: several tenants share a top"):
-        synthesize_tenants(switch, tenants, engine="fast")
+    assert {s.meta["engine"] for s in synthesize_tenants(switch, tenants)} == {"fast"}
     subset = Collective(AG, tuple(range(0, 100, 2)))
     assert tacos.synthesize(mesh, subset).meta["engine"] == "fast"
-    halves = (Collective(AG, tuple(range(50))), Collective(AG, tuple(range(50, 100))))
-    assert {s.meta["engine"] for s in synthesize_tenants(mesh, halves)} == {"fast"}
-    switch_subset = Collective(AG, tuple(range(0, 80, 2)))
-    assert tacos.synthesize(switch, switch_subset).meta["engine"] == "reference"
+    broadcast = Collective(CollectiveKind.BROADCAST, tuple(mesh.npus))
+    assert tacos.synthesize(mesh, broadcast).meta["engine"] == "reference"
+    with pytest.raises(TacosError, match="cannot synthesize this: broadcast is not All-Gather"):
+        tacos.synthesize(mesh, broadcast, engine="fast")
     one_port = tacos.synthesize(mesh, spec, sends_in_flight=1)
     assert one_port.meta["engine"] == "fast"
 
@@ -327,3 +329,14 @@ def test_both_engines_leave_chunks_to_the_same_nearer_nodes(name, kind):
     )
     assert list(compiled) == reference
     assert fast_rng.getstate() == reference_rng.getstate()
+
+
+def test_relays_too_big_for_memory_go_to_the_reference():
+    """The relays' distance tables are sized before anything is allocated."""
+    big = tacos.from_spec("dgx:512x8")
+    tenants = [Collective(AG, tuple(range(0, 4096, 2))), Collective(AG, tuple(range(1, 4096, 2)))]
+    reason = fast.fast_unsupported(big, tenants)
+    assert reason is not None and "8.1 GiB of distance tables" in reason
+    assert fast.fast_unsupported(big, [Collective(AG, tuple(big.npus))]) is None
+    halves = [Collective(AG, tuple(range(256))), Collective(AG, tuple(range(256, 512)))]
+    assert fast.fast_unsupported(tacos.from_spec("dgx:64x8"), halves) is None

@@ -2,9 +2,9 @@
 
 :func:`run_fabric_spread` is :func:`tacos.synthesizer.greedy.greedy_spread`
 compiled for the fast engine's scope (one source per chunk; every NPU wants
-every chunk it does not start with, or, on topologies without switches, a
-range of them, which other nodes relay: :func:`_relays`) on topologies with
-switches, and on NPU-only ones for tenants and subsets of ranks:
+every chunk it does not start with, or a range of them, which other nodes
+relay: :func:`_relays`, :func:`_offers`) on topologies with switches, and on
+NPU-only ones for tenants and subsets of ranks:
 the same events, candidate links, random draws and decisions, so the same
 transfers in the same order. It is written for clarity more than for the
 last cache miss (unlike :func:`tacos.synthesizer._kernels.run_spread`, which
@@ -415,6 +415,7 @@ def _soonest_takers(
     owned: tuple,  # type: ignore[type-arg]
     free_at: np.ndarray,
     scratch: tuple,  # type: ignore[type-arg]
+    wants: tuple,  # type: ignore[type-arg]
 ) -> tuple[int, int, bool]:
     """The destinations the switch uplink ``link`` of NPU ``u`` brings a chunk to soonest.
 
@@ -422,12 +423,13 @@ def _soonest_takers(
     groups list them) with their covers in ``dest_cover``; their arrivals and
     paths are known for ``decision`` (in ``arrival``, ``came_link``,
     ``came_pred``). Only destinations lacking one of ``u``'s own chunks count
-    when there are any (the reference's ``_takers``). Returns ``ties`` (0: none
+    when there are any (the reference's ``_takers``). Where nodes want only some
+    chunks, a cover that lacks something ``u`` holds is only where to look: each of
+    its destinations takes what :func:`_offers` finds. Returns ``ties`` (0: none
     takes a chunk), the new ``decision`` and whether ``u`` sends an own chunk.
     """
-    dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link, link_time, dest_base = (
-        fabric
-    )
+    (dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link, link_time, dest_base,
+     dag_nodes) = fabric  # fmt: skip
     num_groups, group_cover, group_first, group_size, group_pos, witness = groups
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scratch
     if none_since[link] == held[u]:
@@ -467,6 +469,20 @@ def _soonest_takers(
                     break
         if not takes:
             witness[g] = -2 - held[u]
+        if takes and wants[6].shape[0]:  # each destination: what it wants or relays
+            for k in range(group_first[g], group_first[g] + group_size[g]):
+                if not _offers(u, dag_nodes[base + group_pos[k]], cover, holds, covers, wants):
+                    continue
+                if ask_own:
+                    lacks_own = _offered(own, u, wants[7]) > 0
+                    if lacks_own and not own_mode:
+                        own_mode, num_dests = True, 0
+                    if not lacks_own and own_mode:
+                        continue
+                dest_pos[num_dests] = group_pos[k]
+                dest_cover[num_dests] = cover
+                num_dests += 1
+            continue
         if takes and ask_own:
             lacks_own = _lacks_own(own, u, own_first_word, own_last_word, covers, cover)
             if lacks_own and not own_mode:  # from now on only such groups count
@@ -527,19 +543,30 @@ def _sends_own(
     link: int,
     u: int,
     owned: tuple,  # type: ignore[type-arg]
+    holds: np.ndarray,
     covers: np.ndarray,
-    num_groups: np.ndarray,
-    group_cover: np.ndarray,
-    dest_base: np.ndarray,
+    fabric: tuple,  # type: ignore[type-arg]
+    groups: tuple,  # type: ignore[type-arg]
+    wants: tuple,  # type: ignore[type-arg]
 ) -> bool:
     """Whether the switch uplink ``link`` of ``u`` sends an own chunk now: some cover of its
-    destinations lacks one (as :func:`_soonest_takers` finds while it scans)."""
+    destinations lacks one (as :func:`_soonest_takers` finds while it scans; where nodes
+    want only some chunks, some destination takes one)."""
     own, own_held, own_none_since, own_first_word, own_last_word = owned
     if not _may_send_own(link, u, own_held, own_none_since):
         return False
+    dag_node_ptr, dag_of_link, dest_base, dag_nodes = fabric[0], fabric[4], fabric[6], fabric[7]
+    num_groups, group_cover, group_first, group_size, group_pos, _ = groups
+    base = dag_node_ptr[dag_of_link[link]]
     for g in range(dest_base[link], dest_base[link] + num_groups[link]):
-        if _lacks_own(own, u, own_first_word, own_last_word, covers, group_cover[g]):
-            return True
+        cover = group_cover[g]
+        if not wants[6].shape[0]:
+            if _lacks_own(own, u, own_first_word, own_last_word, covers, cover):
+                return True
+            continue
+        for k in range(group_first[g], group_first[g] + group_size[g]):
+            if _takes(own, u, dag_nodes[base + group_pos[k]], cover, holds, covers, wants):
+                return True
     own_none_since[link] = own_held[u]
     return False
 
@@ -552,6 +579,26 @@ def _lacking(holds: np.ndarray, u: int, covers: np.ndarray, cover: int) -> int:
     for w in range(holds.shape[1]):
         lacking += popcount(holds[u, w] & ~covers[cover, w])
     return lacking
+
+
+@njit(cache=True, inline="always")
+def _takes(
+    sent: np.ndarray,
+    u: int,
+    v: int,
+    cover: int,
+    holds: np.ndarray,
+    covers: np.ndarray,
+    wants: tuple,  # type: ignore[type-arg]
+) -> int:
+    """How many chunks of ``sent[u]`` (``u``'s, or its own) a path from ``u`` would bring
+    ``v`` (whose ``cover`` is ``cover``); where nodes want only some chunks, they are
+    left in ``relay[0]`` (see :func:`_offers`)."""
+    if not wants[6].shape[0]:
+        return _lacking(sent, u, covers, cover)
+    if not _offers(u, v, cover, holds, covers, wants):
+        return 0
+    return _offered(sent, u, wants[7])
 
 
 @njit(cache=True)
@@ -578,6 +625,7 @@ def match_destinations(
     work_by: np.ndarray,
     matched: np.ndarray,
     choices: np.ndarray,
+    wants: tuple,  # type: ignore[type-arg]
     mt: np.ndarray,
     counters: np.ndarray,
 ) -> tuple[int, int]:
@@ -638,7 +686,8 @@ def match_destinations(
         k = matched[j]
         if k >= 0:
             sent = own if member_own[j] else holds
-            options = _lacking(sent, link_src[member_link[j]], covers, tight_cover[k])
+            u = link_src[member_link[j]]
+            options = _takes(sent, u, tight_node[k], tight_cover[k], holds, covers, wants)
             choices[num_matched] = options * num_members + j
             num_matched += 1
     num_work = 0
@@ -675,6 +724,80 @@ def _claim(v: int, chunk: int, taken: np.ndarray, closed: np.ndarray, waiting: n
 
 
 @njit(cache=True, inline="always")
+def _nearer_row(
+    rows: np.ndarray,
+    counts: np.ndarray,
+    r: int,
+    u: int,
+    v: int,
+    wants: tuple,  # type: ignore[type-arg]
+) -> int:
+    """``rows[r]``, made once: the NPUs that want something and that ``v`` is nearer to
+    than ``u`` (the reference's ``_nearer_targets``); how many (``counts[r]``, -1 before)."""
+    want_lo, want_hi, dist = wants[0], wants[1], wants[6]
+    if counts[r] < 0:
+        counts[r] = 0
+        for t in range(dist.shape[0]):
+            if want_lo[t] < want_hi[t] and dist[v, t] < dist[u, t]:
+                rows[r, t >> 6] |= _ONE << np.uint64(t & 63)
+                counts[r] += 1
+    return counts[r]
+
+
+@njit(cache=True, inline="always")
+def _keep_relays(
+    relay: np.ndarray,
+    rows: np.ndarray,
+    counts: np.ndarray,
+    r: int,
+    u: int,
+    v: int,
+    wants: tuple,  # type: ignore[type-arg]
+) -> bool:
+    """Keep of the chunks ``relay[0]`` those an NPU of ``rows[r]`` (:func:`_nearer_row`)
+    still waits for; whether any.
+
+    Per chunk, its waiting NPUs against the row; or where that is more work, what
+    the row's NPUs still lack (``closed``: what an NPU has, receives or does not
+    want) gathered per word: the same set, as an NPU waits for a chunk exactly
+    when its ``closed`` row lacks it.
+    """
+    closed, waiting = wants[2], wants[3]
+    targets = _nearer_row(rows, counts, r, u, v, wants)
+    eligible = 0
+    for w in range(relay.shape[1]):
+        eligible += popcount(relay[0, w])
+    found = False
+    if targets * relay.shape[1] <= eligible * rows.shape[1]:
+        for w in range(relay.shape[1]):
+            if not relay[0, w]:
+                continue
+            lacked = np.uint64(0)
+            for tw in range(rows.shape[1]):
+                nearer = rows[r, tw]
+                while nearer:
+                    lacked |= ~closed[tw * 64 + lowest_bit(nearer), w]
+                    nearer &= nearer - _ONE
+            relay[0, w] &= lacked
+            found |= relay[0, w] != 0
+        return found
+    for w in range(relay.shape[1]):
+        left = relay[0, w]
+        bits = np.uint64(0)
+        while left:
+            bit = lowest_bit(left)
+            left &= left - _ONE
+            chunk = w * 64 + bit
+            for tw in range(rows.shape[1]):
+                if waiting[chunk, tw] & rows[r, tw]:
+                    bits |= _ONE << np.uint64(bit)
+                    break
+        relay[0, w] = bits
+        found |= bits != 0
+    return found
+
+
+@njit(cache=True, inline="always")
 def _relays(
     link: int,
     u: int,
@@ -685,28 +808,49 @@ def _relays(
 ) -> bool:
     """The chunks the direct link ``link`` (``u -> v``) would relay, into ``relay[0]``:
     those ``u`` holds and ``v`` neither holds nor receives, for which ``v`` is nearer
-    than ``u`` to an NPU still waiting for them. Whether there are any."""
-    want_lo, want_hi, _, waiting, nearer, nearer_known, dist, relay, _ = wants
-    if not nearer_known[link]:
-        nearer_known[link] = True
-        for t in range(dist.shape[0]):
-            if want_lo[t] < want_hi[t] and dist[v, t] < dist[u, t]:
-                nearer[link, t >> 6] |= _ONE << np.uint64(t & 63)
-    found = False
+    than ``u`` to an NPU still waiting for them (per link). Whether there are any."""
+    nearer, nearer_count, relay = wants[4], wants[5], wants[7]
     for w in range(holds.shape[1]):
-        eligible = holds[u, w] & ~taken[v, w]
-        bits = np.uint64(0)
-        while eligible:
-            bit = lowest_bit(eligible)
-            eligible &= eligible - _ONE
-            chunk = w * 64 + bit
-            for tw in range(nearer.shape[1]):
-                if waiting[chunk, tw] & nearer[link, tw]:
-                    bits |= _ONE << np.uint64(bit)
-                    break
-        relay[0, w] = bits
-        found |= bits != 0
-    return found
+        relay[0, w] = holds[u, w] & ~taken[v, w]
+    return _keep_relays(relay, nearer, nearer_count, link, u, v, wants)
+
+
+@njit(cache=True, inline="always")
+def _offers(
+    u: int,
+    v: int,
+    cover: int,
+    holds: np.ndarray,
+    covers: np.ndarray,
+    wants: tuple,  # type: ignore[type-arg]
+) -> bool:
+    """What a path through switches from ``u`` would bring ``v`` (whose ``cover`` is
+    what ``v`` and the nodes nearer than the path have or receive), into ``relay[0]``:
+    the chunks ``u`` holds that the cover lacks and ``v`` wants, or if it wants none
+    of them, those it would relay (per pair of NPUs). Whether there are any."""
+    want_lo, want_hi, relay = wants[0], wants[1], wants[7]
+    pair_nearer, pair_count = wants[9], wants[10]
+    wanted, eligible = False, False
+    for w in range(holds.shape[1]):
+        lacking = holds[u, w] & ~covers[cover, w]
+        relay[0, w] = lacking & wanted_word(want_lo[v], want_hi[v], w)
+        wanted |= relay[0, w] != 0
+        eligible |= lacking != 0
+    if wanted or not eligible:
+        return wanted
+    for w in range(holds.shape[1]):
+        relay[0, w] = holds[u, w] & ~covers[cover, w]
+    return _keep_relays(relay, pair_nearer, pair_count, u * wants[6].shape[0] + v, u, v, wants)
+
+
+@njit(cache=True, inline="always")
+def _offered(sent: np.ndarray, u: int, relay: np.ndarray) -> int:
+    """Keep of ``relay[0]`` (what :func:`_offers` found) the chunks of ``sent[u]``; how many."""
+    count = 0
+    for w in range(relay.shape[1]):
+        relay[0, w] &= sent[u, w]
+        count += popcount(relay[0, w])
+    return count
 
 
 # ---------------------------------------------------------------- the event loop
@@ -762,9 +906,10 @@ def run_fabric_spread(
     Chunk ``c`` starts on ``source_node[c]`` at ``source_time[c]``; node ``v`` wants
     the chunks ``want_lo[v] <= c < want_hi[v]`` it does not start with, ``wanted``
     of them in all. Where some NPU wants only some chunks, ``dist[x, t]`` (per-chunk
-    time from NPU ``x`` to NPU ``t``) decides relays (see :func:`_relays`; direct links
-    only, not paths through switches), else it has no rows; ``ports`` > 0 is the reference's
-    ``sends_in_flight`` (:mod:`._kernels`' ``run_spread`` says what it changes). Returns
+    time from NPU ``x`` to NPU ``t``) decides relays (:func:`_relays` on direct links,
+    :func:`_offers` on paths through switches), else it has no rows; ``ports`` > 0 is
+    the reference's ``sends_in_flight`` (:mod:`._kernels`' ``run_spread`` says what it
+    changes). Returns
     chunk, link, start, end and dependency of every transfer (a transfer
     index plus ``index_offset``, or ``-2 - c``: the source dependencies of
     chunk ``c``), and the wanted chunks never delivered (0 unless stuck).
@@ -783,7 +928,7 @@ def run_fabric_spread(
     closed, waiting = taken, np.zeros((0, 0), np.uint64)
     num_npus = dist.shape[0]
     nearer = np.zeros((num_links if num_npus else 0, (num_npus + 63) // 64), np.uint64)
-    nearer_known = np.zeros(nearer.shape[0], np.bool_)
+    nearer_count = np.full(nearer.shape[0], -1, np.int64)
     relay = np.zeros((1, words), np.uint64)
     nothing = np.zeros((1, words), np.uint64)
     if num_npus:
@@ -797,7 +942,12 @@ def run_fabric_spread(
             for chunk in range(want_lo[node], want_hi[node]):
                 if source_node[chunk] != node:
                     waiting[chunk, node >> 6] |= _ONE << np.uint64(node & 63)
-    wants = (want_lo, want_hi, closed, waiting, nearer, nearer_known, dist, relay, nothing)
+    # per pair of NPUs (paths through switches): as nearer
+    pairs = num_npus * num_npus if dag_node_ptr.shape[0] > 1 else 0
+    pair_nearer = np.zeros((pairs, nearer.shape[1]), np.uint64)
+    pair_count = np.full(pairs, -1, np.int64)
+    wants = (want_lo, want_hi, closed, waiting, nearer, nearer_count, dist, relay, nothing,
+             pair_nearer, pair_count)  # fmt: skip
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
@@ -943,7 +1093,7 @@ def run_fabric_spread(
             rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, dag_of_link, dag_node_ptr,
             dag_nodes, matching_of_link, source_node)  # fmt: skip
     fabric_tables = (dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link,
-                     link_time, dest_base)  # fmt: skip
+                     link_time, dest_base, dag_nodes)  # fmt: skip
     group_tables = (num_groups, group_cover, group_first, group_size, group_pos, witness)
     scan_scratch = (stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover)
     spread = (holds, taken, copies, free_at, arrived_by, held, gained, none_since, looking_again,
@@ -1048,8 +1198,8 @@ def _run_instants(
     (marked, candidates, touched, is_touched, pool, rival_cap, rival_src, only_within,
      path) = scratch  # fmt: skip
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
-    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base = fabric_tables
-    want_lo, want_hi, closed, waiting, _, _, dist, relay, nothing = wants
+    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base, _ = fabric_tables
+    want_lo, want_hi, closed, waiting, _, _, dist, relay, nothing, _, _ = wants
     partial = dist.shape[0] > 0
     ev_times, ev_rows = events
     out_chunk, out_link, out_start, out_end, out_dep, sender_of = out
@@ -1175,7 +1325,7 @@ def _run_instants(
                         ties, decision, sends_own = _soonest_takers(
                             lk, link_src[lk], now, decision, fabric_tables, covers, group_tables,
                             holds, held, gained, none_since, owned,
-                            free_at, scan_scratch,
+                            free_at, scan_scratch, wants,
                         )  # fmt: skip
                     first = tight_ptr[num_members]
                     base = dag_node_ptr[dag_of_link[lk]]
@@ -1193,8 +1343,8 @@ def _run_instants(
                 num_work, visit = match_destinations(
                     num_members, member_link, member_by, member_own, tight_ptr, tight_node,
                     tight_pos, tight_cover, link_src, holds, own, covers, owner, visited, visit,
-                    search, work_link, work_pos, work_cover, work_by, matched, choices, mt,
-                    counters,
+                    search, work_link, work_pos, work_cover, work_by, matched, choices, wants,
+                    mt, counters,
                 )  # fmt: skip
                 matching_free[matching] = -1
             wake = -1.0  # when an unmatched uplink looks again: the first matched one frees
@@ -1265,10 +1415,11 @@ def _run_instants(
                     best_p, best_cover = -1, -1
                     forced = work_pos[w]
                     sends_own = forced >= 0 and _sends_own(
-                        link, u, owned, covers, group_tables[0], group_tables[1], dest_base
+                        link, u, owned, holds, covers, fabric_tables, group_tables, wants
                     )
                     sent = own if sends_own else holds
-                    if forced >= 0 and _lacking(sent, u, covers, work_cover[w]) > 0:
+                    if forced >= 0 and _takes(sent, u, dag_nodes[base + forced], work_cover[w],
+                                              holds, covers, wants):  # fmt: skip
                         decision = _new_decision(link, now, decision, stamp, arrival, came_pred,
                                                  free_at, link_time)  # fmt: skip
                         _arrive(forced, base, decision, stamp, arrival, came_link, came_pred, stack,
@@ -1280,7 +1431,7 @@ def _run_instants(
                         ties, decision, sends_own = _soonest_takers(
                             link, u, now, decision, fabric_tables, covers, group_tables,
                             holds, held, gained, none_since, owned,
-                            free_at, scan_scratch,
+                            free_at, scan_scratch, wants,
                         )  # fmt: skip
                         if ties:  # the reference draws among them in id order
                             pick = 0
@@ -1290,11 +1441,17 @@ def _run_instants(
                             best_p, best_cover = dest_pos[pick], dest_cover[pick]
                     if best_p >= 0:
                         v = dag_nodes[base + best_p]
-                        chosen_chunk = pick_chunk(own if sends_own else holds, u, v, covers,
-                                                  best_cover, holds,
-                                                  inbr_ptr, inbrs, copies, rarest,
-                                                  compare_all_up_to, pool, mt,
-                                                  counters)  # fmt: skip
+                        sent = own if sends_own else holds
+                        if partial:  # what v takes, left in relay
+                            _takes(sent, u, v, best_cover, holds, covers, wants)
+                            chosen_chunk = pick_chunk(relay, 0, v, nothing, 0, holds, inbr_ptr,
+                                                      inbrs, copies, rarest, compare_all_up_to,
+                                                      pool, mt, counters)  # fmt: skip
+                        else:
+                            chosen_chunk = pick_chunk(sent, u, v, covers, best_cover, holds,
+                                                      inbr_ptr, inbrs, copies, rarest,
+                                                      compare_all_up_to, pool, mt,
+                                                      counters)  # fmt: skip
                         hops = 0
                         at = best_p
                         while at > 0:

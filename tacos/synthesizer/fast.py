@@ -78,6 +78,9 @@ BLOCK_TRANSFERS = 1 << 20
 IN_MEMORY_PAIRS = 1 << 26
 """Largest nodes x chunks synthesized in memory: about one transfer per pair at ~60 bytes
 each, so up to ~4 GiB of columns (an 8192-NPU All-Gather); beyond, stream (tacos.stream)."""
+RELAY_TABLE_BYTES = 2**31
+"""Most memory the relays' tables may take (:func:`relay_table_bytes`): 2048 GPUs with
+switches need 1.0 GiB (dgx:256x8), a 16,384-NPU torus 2.1 GiB (too much)."""
 ARRIVAL_LOOKAHEAD = PICK_LOOKAHEAD = 4
 """How far ahead the event loop requests the memory of the arrivals and picks it will
 process next (see _kernels.prefetch): 4 measured 12% faster than none at 16,384 NPUs,
@@ -92,13 +95,25 @@ def fast_unsupported(topology: Topology, collectives: Sequence[Collective]) -> s
     kind = collectives[0].kind
     if kind not in FAST_KINDS:
         return f"{kind} is not All-Gather, Reduce-Scatter or All-Reduce"
-    ranks = sum(len(spec.ranks) for spec in collectives)
-    if (len(collectives) > 1 or ranks != topology.num_npus) and topology.num_switches:
-        what = "several tenants share" if len(collectives) > 1 else "a subset of the NPUs uses"
-        return f"{what} a topology with switches (relays through switches need the reference)"
     if sum(spec.num_chunks for spec in collectives) >= 2**31 or len(topology.links) >= 2**31:
         return "more than 2**31 chunks or links"
+    ranks = sum(len(spec.ranks) for spec in collectives)
+    if len(collectives) > 1 or ranks != topology.num_npus:
+        needed = relay_table_bytes(topology)
+        if needed > RELAY_TABLE_BYTES:
+            return (
+                f"relays among {topology.num_npus} NPUs need {needed / 2**30:.1f} GiB of "
+                f"distance tables, more than {RELAY_TABLE_BYTES / 2**30:.0f} GiB"
+            )
     return None
+
+
+def relay_table_bytes(topology: Topology) -> int:
+    """What the fast engine's relays keep (:mod:`._fabric_kernels`): NPU-to-NPU distances,
+    and a bit per NPU for each direct link, or with switches for each pair of NPUs."""
+    npus = topology.num_npus
+    rows = npus * npus if topology.num_switches else len(topology.links)
+    return npus * npus * 8 + rows * ((npus + 63) // 64) * 8
 
 
 # ---------------------------------------------------------------- one greedy spread
