@@ -733,15 +733,18 @@ def _nearer_row(
     wants: tuple,  # type: ignore[type-arg]
 ) -> int:
     """``rows[r]``, made once: the NPUs that want something and that ``v`` is nearer to
-    than ``u`` (the reference's ``_nearer_targets``); how many (``counts[r]``, -1 before)."""
+    than ``u`` (the reference's ``_nearer_targets``); how many (``counts[r, 0]``, -1
+    before), and the span of the chunks they want (``counts[r, 1:3]``)."""
     want_lo, want_hi, dist = wants[0], wants[1], wants[6]
-    if counts[r] < 0:
-        counts[r] = 0
+    if counts[r, 0] < 0:
+        counts[r, 0], counts[r, 1], counts[r, 2] = 0, want_hi.max(), 0
         for t in range(dist.shape[0]):
             if want_lo[t] < want_hi[t] and dist[v, t] < dist[u, t]:
                 rows[r, t >> 6] |= _ONE << np.uint64(t & 63)
-                counts[r] += 1
-    return counts[r]
+                counts[r, 0] += 1
+                counts[r, 1] = min(counts[r, 1], want_lo[t])
+                counts[r, 2] = max(counts[r, 2], want_hi[t])
+    return counts[r, 0]
 
 
 @njit(cache=True, inline="always")
@@ -757,16 +760,20 @@ def _keep_relays(
     """Keep of the chunks ``relay[0]`` those an NPU of ``rows[r]`` (:func:`_nearer_row`)
     still waits for; whether any.
 
-    Per chunk, its waiting NPUs against the row; or where that is more work, what
-    the row's NPUs still lack (``closed``: what an NPU has, receives or does not
-    want) gathered per word: the same set, as an NPU waits for a chunk exactly
-    when its ``closed`` row lacks it.
+    Only chunks in the span the row's NPUs want can be kept (two tenants: a node of
+    one relays nothing towards the other's). Of those, per chunk, its waiting NPUs
+    against the row; or where that is more work, what the row's NPUs still lack
+    (``closed``: what an NPU has, receives or does not want) gathered per word: the
+    same set, as an NPU waits for a chunk exactly when its ``closed`` row lacks it.
     """
     closed, waiting = wants[2], wants[3]
     targets = _nearer_row(rows, counts, r, u, v, wants)
     eligible = 0
     for w in range(relay.shape[1]):
+        relay[0, w] &= wanted_word(counts[r, 1], counts[r, 2], w)
         eligible += popcount(relay[0, w])
+    if eligible == 0:
+        return False
     found = False
     if targets * relay.shape[1] <= eligible * rows.shape[1]:
         for w in range(relay.shape[1]):
@@ -928,7 +935,7 @@ def run_fabric_spread(
     closed, waiting = taken, np.zeros((0, 0), np.uint64)
     num_npus = dist.shape[0]
     nearer = np.zeros((num_links if num_npus else 0, (num_npus + 63) // 64), np.uint64)
-    nearer_count = np.full(nearer.shape[0], -1, np.int64)
+    nearer_count = np.full((nearer.shape[0], 3), -1, np.int64)
     relay = np.zeros((1, words), np.uint64)
     nothing = np.zeros((1, words), np.uint64)
     if num_npus:
@@ -945,7 +952,7 @@ def run_fabric_spread(
     # per pair of NPUs (paths through switches): as nearer
     pairs = num_npus * num_npus if dag_node_ptr.shape[0] > 1 else 0
     pair_nearer = np.zeros((pairs, nearer.shape[1]), np.uint64)
-    pair_count = np.full(pairs, -1, np.int64)
+    pair_count = np.full((pairs, 3), -1, np.int64)
     wants = (want_lo, want_hi, closed, waiting, nearer, nearer_count, dist, relay, nothing,
              pair_nearer, pair_count)  # fmt: skip
     copies = np.zeros(num_chunks, np.int64)
