@@ -12,6 +12,7 @@ import pytest
 import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.linkmodel import CostModel
 from tacos.simulate import replay_times
 from tacos.synthesizer import _kernels, fast, synthesize_tenants
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
@@ -188,6 +189,22 @@ def test_fast_makes_the_reference_schedule_for_tenants_and_subsets(name, groups,
             assert tacos.verify(ours).ok
 
 
+@pytest.mark.parametrize("name", ["ring:6", "torus2d:4x4", "hetero", *SWITCHED])
+@pytest.mark.parametrize("kind", ["broadcast", "reduce", "gather", "scatter", "all-to-all"])
+def test_fast_makes_the_reference_schedule_for_every_other_collective(name, kind):
+    """Rooted collectives, Gather, Scatter and All-to-All (each chunk wanted by some NPUs,
+    relayed by the others; Reduce mirrors Broadcast), over all NPUs and over a subset."""
+    topo = heterogeneous_mesh(4, 3) if name == "hetero" else tacos.from_spec(name)
+    n = topo.num_npus
+    for ranks in [range(n), range(0, n, 2)]:
+        spec = Collective(CollectiveKind.parse(kind), tuple(ranks), 2, 2**20)
+        for policy, ports in [("rarest", None), ("random", None), ("rarest", 1)]:
+            reference, compiled = both_engines(topo, spec, 7, policy, ports)
+            assert list(compiled.transfers) == list(reference.transfers), (policy, ports)
+            assert compiled.meta == {**reference.meta, "engine": "fast"}
+            assert tacos.verify(compiled).ok
+
+
 def test_fast_matches_for_tenants_and_subsets_on_random_topologies():
     rnd = random.Random(19)
     for trial in range(45):
@@ -196,7 +213,7 @@ def test_fast_matches_for_tenants_and_subsets_on_random_topologies():
         ranks = rnd.sample(range(npus), rnd.randint(4, npus))
         cut = rnd.randint(2, len(ranks) - 2)
         groups = [sorted(ranks[:cut]), sorted(ranks[cut:])] if trial % 2 else [sorted(ranks)]
-        kind = rnd.choice([AG, RS, AR])
+        kind = rnd.choice([AG, RS, AR]) if len(groups) > 1 else rnd.choice(list(CollectiveKind))
         policy, ports = rnd.choice(["rarest", "random"]), rnd.choice([None, None, 1, 2])
         seed = rnd.randrange(10**6)
         reference, compiled = both_engines_for_tenants(
@@ -262,10 +279,12 @@ def test_auto_takes_the_fast_engine_only_where_it_applies():
     assert {s.meta["engine"] for s in synthesize_tenants(switch, tenants)} == {"fast"}
     subset = Collective(AG, tuple(range(0, 100, 2)))
     assert tacos.synthesize(mesh, subset).meta["engine"] == "fast"
-    broadcast = Collective(CollectiveKind.BROADCAST, tuple(mesh.npus))
-    assert tacos.synthesize(mesh, broadcast).meta["engine"] == "reference"
-    with pytest.raises(TacosError, match="cannot synthesize this: broadcast is not All-Gather"):
-        tacos.synthesize(mesh, broadcast, engine="fast")
+    all_to_all = Collective(CollectiveKind.ALL_TO_ALL, tuple(mesh.npus))
+    assert tacos.synthesize(mesh, all_to_all).meta["engine"] == "fast"
+    pipelined = mesh.with_cost(CostModel("pipelined"))
+    assert tacos.synthesize(pipelined, spec).meta["engine"] == "reference"
+    with pytest.raises(TacosError, match="cannot synthesize this: it models the paper's links"):
+        tacos.synthesize(pipelined, spec, engine="fast")
     one_port = tacos.synthesize(mesh, spec, sends_in_flight=1)
     assert one_port.meta["engine"] == "fast"
 

@@ -11,12 +11,12 @@ Example:
 
 Two engines make the same schedules: ``"reference"`` (:mod:`.greedy`, the
 readable oracle) and ``"fast"`` (:mod:`.fast`, compiled, for thousands of
-NPUs, with or without switches; All-Gather / Reduce-Scatter / All-Reduce over
-all NPUs, and without switches also for several tenants or a subset of ranks,
-whose chunks other NPUs relay). ``engine="auto"`` takes the fast one for problems above
-:data:`AUTO_FAST_ABOVE` NPUs or chunks, where it pays for loading the
-compiled code. ``tries=K`` synthesizes seeds ``seed .. seed+K-1`` (in parallel
-processes) and keeps the fastest schedule, the lowest seed on ties.
+NPUs, with or without switches; every collective, for several tenants or a
+subset of ranks too, in the default cost model). ``engine="auto"`` takes the
+fast one for problems above :data:`AUTO_FAST_ABOVE` NPUs or chunks, where it
+pays for loading the compiled code. ``tries=K`` synthesizes seeds
+``seed .. seed+K-1`` (in parallel processes) and keeps the fastest schedule,
+the lowest seed on ties.
 
 With the ``"rarest"`` policy (``"random"`` stays the paper's greedy), two
 steps follow the greedy:

@@ -43,7 +43,6 @@ from tacos.synthesizer._kernels import (
     shuffle,
     sort_landed,
     touch,
-    wanted_word,
 )
 from tacos.synthesizer.greedy import MAX_RIVALS
 
@@ -707,6 +706,20 @@ def match_destinations(
     return num_work, visit
 
 
+@njit(cache=True, inline="always")
+def wanted_word(lo: int, hi: int, w: int) -> np.uint64:
+    """Word ``w`` of the chunks ``lo <= chunk < hi`` (a node's wants, as a range)."""
+    first = w * 64
+    if hi <= first or lo >= first + 64:
+        return np.uint64(0)
+    bits = ~np.uint64(0)
+    if lo > first:
+        bits &= ~((_ONE << np.uint64(lo - first)) - _ONE)
+    if hi < first + 64:
+        bits &= (_ONE << np.uint64(hi - first)) - _ONE
+    return bits
+
+
 # ---------------------------------------------------------------- relays
 # Where nodes want only some chunks (tenants, a subset of ranks), a node may
 # relay a chunk it does not want towards one that does (the reference's
@@ -835,12 +848,12 @@ def _offers(
     what ``v`` and the nodes nearer than the path have or receive), into ``relay[0]``:
     the chunks ``u`` holds that the cover lacks and ``v`` wants, or if it wants none
     of them, those it would relay (per pair of NPUs). Whether there are any."""
-    want_lo, want_hi, relay = wants[0], wants[1], wants[7]
+    relay, want_bits = wants[7], wants[11]
     pair_nearer, pair_count = wants[9], wants[10]
     wanted, eligible = False, False
     for w in range(holds.shape[1]):
         lacking = holds[u, w] & ~covers[cover, w]
-        relay[0, w] = lacking & wanted_word(want_lo[v], want_hi[v], w)
+        relay[0, w] = lacking & want_bits[v, w]
         wanted |= relay[0, w] != 0
         eligible |= lacking != 0
     if wanted or not eligible:
@@ -899,6 +912,7 @@ def run_fabric_spread(
     link_free_at: np.ndarray,
     want_lo: np.ndarray,
     want_hi: np.ndarray,
+    want_bits: np.ndarray,
     dist: np.ndarray,
     wanted: int,
     rarest: bool,
@@ -911,8 +925,9 @@ def run_fabric_spread(
     """The reference's spread: transfers in decision order, and how many chunks are missing.
 
     Chunk ``c`` starts on ``source_node[c]`` at ``source_time[c]``; node ``v`` wants
-    the chunks ``want_lo[v] <= c < want_hi[v]`` it does not start with, ``wanted``
-    of them in all. Where some NPU wants only some chunks, ``dist[x, t]`` (per-chunk
+    every chunk it does not start with, ``wanted`` of them in all, or where some NPU
+    wants only some, those of its row of ``want_bits`` (all between ``want_lo[v]``
+    and ``want_hi[v] - 1``); then ``dist[x, t]`` (per-chunk
     time from NPU ``x`` to NPU ``t``) decides relays (:func:`_relays` on direct links,
     :func:`_offers` on paths through switches), else it has no rows; ``ports`` > 0 is
     the reference's ``sends_in_flight`` (:mod:`._kernels`' ``run_spread`` says what it
@@ -942,19 +957,22 @@ def run_fabric_spread(
         closed = taken.copy()
         for node in range(num_nodes):
             for w in range(words):
-                unwanted = ~wanted_word(want_lo[node], want_hi[node], w)
-                closed[node, w] |= unwanted & wanted_word(0, num_chunks, w)
+                closed[node, w] |= ~want_bits[node, w] & wanted_word(0, num_chunks, w)
         waiting = np.zeros((num_chunks, nearer.shape[1]), np.uint64)
         for node in range(num_npus):
-            for chunk in range(want_lo[node], want_hi[node]):
-                if source_node[chunk] != node:
-                    waiting[chunk, node >> 6] |= _ONE << np.uint64(node & 63)
+            for w in range(words):
+                bits = want_bits[node, w]
+                while bits:
+                    chunk = w * 64 + lowest_bit(bits)
+                    bits &= bits - _ONE
+                    if source_node[chunk] != node:
+                        waiting[chunk, node >> 6] |= _ONE << np.uint64(node & 63)
     # per pair of NPUs (paths through switches): as nearer
     pairs = num_npus * num_npus if dag_node_ptr.shape[0] > 1 else 0
     pair_nearer = np.zeros((pairs, nearer.shape[1]), np.uint64)
     pair_count = np.full((pairs, 3), -1, np.int64)
     wants = (want_lo, want_hi, closed, waiting, nearer, nearer_count, dist, relay, nothing,
-             pair_nearer, pair_count)  # fmt: skip
+             pair_nearer, pair_count, want_bits)  # fmt: skip
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
     arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
@@ -1206,7 +1224,14 @@ def _run_instants(
      path) = scratch  # fmt: skip
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
     _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base, _ = fabric_tables
-    want_lo, want_hi, closed, waiting, _, _, dist, relay, nothing, _, _ = wants
+    closed, waiting, dist, relay, nothing, want_bits = (
+        wants[2],
+        wants[3],
+        wants[6],
+        wants[7],
+        wants[8],
+        wants[11],
+    )
     partial = dist.shape[0] > 0
     ev_times, ev_rows = events
     out_chunk, out_link, out_start, out_end, out_dep, sender_of = out
@@ -1258,7 +1283,8 @@ def _run_instants(
                 arrived_by[node, chunk] = a + index_offset
             if _hold(node, chunk, holds, gained, held):
                 num_touched = touch(node, is_touched, touched, num_touched)
-                if source_node[chunk] != node and want_lo[node] <= chunk < want_hi[node]:
+                wanted = not partial or want_bits[node, chunk >> 6] >> np.uint64(chunk & 63) & _ONE
+                if source_node[chunk] != node and wanted:
                     remaining -= 1
         # Overtaken transfers landing now carry what their receivers still lack (rebind).
         sort_landed(landed, num_landed, flight_start)
@@ -1379,8 +1405,11 @@ def _run_instants(
                     may_overtake = overtakable and find_overtakes(
                         link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
                         flight_chunk, overtaken, rival_slot, start_holds, holds, taken, closed,
-                        want_lo[v], want_hi[v], late,
+                        late,
                     )  # fmt: skip
+                    if may_overtake and partial:  # v still does not want what it does not want
+                        for wd in range(late.shape[0]):
+                            closed[v, wd] |= late[wd] & ~want_bits[v, wd]
                     again = -1.0
                     if (
                         not ports

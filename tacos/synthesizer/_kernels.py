@@ -723,20 +723,6 @@ def pick_chunk(
 # overtaken; ``flight_chunk[l]`` is what such a link is bringing (-1: nothing),
 # ``overtaken[l]`` whether a faster copy overtook it, ``flight_start[l]`` when it
 # started, and ``start_holds[rival_slot[l]]`` what its sender held then.
-@njit(cache=True, inline="always")
-def wanted_word(lo: int, hi: int, w: int) -> np.uint64:
-    """Word ``w`` of the chunks ``lo <= chunk < hi`` (a node's wants, as a range)."""
-    first = w * 64
-    if hi <= first or lo >= first + 64:
-        return np.uint64(0)
-    bits = ~np.uint64(0)
-    if lo > first:
-        bits &= ~((_ONE << np.uint64(lo - first)) - _ONE)
-    if hi < first + 64:
-        bits &= (_ONE << np.uint64(hi - first)) - _ONE
-    return bits
-
-
 @njit(cache=True)
 def find_overtakes(
     link: int,
@@ -754,8 +740,6 @@ def find_overtakes(
     holds: np.ndarray,
     taken: np.ndarray,
     closed: np.ndarray,
-    want_lo: int,
-    want_hi: int,
     late: np.ndarray,
 ) -> bool:
     """The reference's ``_overtakes``: clear them from ``taken`` of the receiver, note them.
@@ -764,8 +748,8 @@ def find_overtakes(
     receiver sooner than the slower transfers now bringing them (when ``link``
     has nothing else for the receiver, or the slower transfer's sender held
     something else the receiver wants and lacks when the transfer started), and removes
-    them from the receiver's ``taken`` row (and its ``closed`` row, what it has, receives
-    or does not want, where it wants them: ``want_lo <= chunk < want_hi``), so that
+    them from the receiver's ``taken`` and ``closed`` rows (``closed``: what it has,
+    receives or does not want; the caller puts back those it does not want), so that
     the chunk choice and :func:`leave_to_rivals` count them as lacking;
     :func:`settle_overtakes` puts them back. ``closed`` may be ``taken`` (every node
     wants every chunk). A slow link's transfer ends when the link frees (the fast
@@ -786,7 +770,7 @@ def find_overtakes(
             found = True
     for w in range(late.shape[0]):
         taken[v, w] &= ~late[w]
-        closed[v, w] &= ~(late[w] & wanted_word(want_lo, want_hi, w))
+        closed[v, w] &= ~late[w]
     return found
 
 
@@ -1077,8 +1061,7 @@ def run_spread(
             # link's counts do not apply: the choice reads the bit sets (pick_chunk).
             may_overtake = overtakable and slow_in_ptr[v] < slow_in_ptr[v + 1] and find_overtakes(
                 link, now, slow_in_ptr, slow_in, link_src, link_dst, link_time, free_at,
-                flight_chunk, overtaken, rival_slot, start_holds, holds, taken, taken, 0,
-                copies.shape[0], late,
+                flight_chunk, overtaken, rival_slot, start_holds, holds, taken, taken, late,
             )  # fmt: skip
             again = -1.0
             if (

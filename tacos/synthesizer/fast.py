@@ -29,19 +29,20 @@ order, drawing from a copy of CPython's Mersenne Twister
   no-ops on a spread (:func:`_spread` says why); the Reduce-Scatter's reversed
   spread is re-timed by one array pass (:func:`retime_npu_links`).
 
-Scope: All-Gather, Reduce-Scatter or All-Reduce, with or without a port limit
-(``sends_in_flight``: a node with that many messages on their way sends
-nothing, and the re-timing replays the ports, :func:`~.fast_fabric.replay_table`).
-Where one collective's ranks are all the NPUs, every node wants every chunk it
-lacks, so relays (and the reference's "brings closer" rule) never arise:
-topologies with switches take :mod:`.fast_fabric` (the same greedy with paths
-through the fabric, re-timed by a compiled replay), and the rest of this module
-serves NPU-only topologies up to tens of thousands of NPUs. Several tenants, or
-ranks that are a subset of the NPUs, on an NPU-only topology take
-:func:`_relayed_spread`: the fabric kernel, which relays on direct links, then
-the reference's prune and re-timing passes (relays through switches are still
-the reference's). :func:`fast_unsupported` says why a problem is out of scope;
-``synthesize(engine="auto")`` then uses the reference.
+Scope: every collective, for one or several tenants, in the paper's link model
+with free reductions, with or without a port limit (``sends_in_flight``: a
+node with that many messages on their way sends nothing, and the re-timing
+replays the ports, :func:`~.fast_fabric.replay_table`). Where every NPU wants
+every chunk it lacks (All-Gather or Broadcast over all NPUs, and the
+Reduce-Scatter, Reduce and All-Reduce built on them), relays (and the
+reference's "brings closer" rule) never arise: topologies with switches take
+:mod:`.fast_fabric` (the same greedy with paths through the fabric, re-timed
+by a compiled replay), and the rest of this module serves NPU-only topologies
+up to tens of thousands of NPUs. Elsewhere (tenants, a subset of ranks,
+Gather, Scatter, All-to-All) :func:`_relayed_spread` runs the fabric kernel,
+which relays over direct links and through switches, then the reference's
+prune and re-timing passes. :func:`fast_unsupported` says why a problem is out
+of scope; ``synthesize(engine="auto")`` then uses the reference.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ from tacos.schedule import Op
 from tacos.synthesizer import _kernels as K
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.attempts import fastest_attempt, finish_us
-from tacos.synthesizer.collectives import Tenants
-from tacos.synthesizer.fast_fabric import WantedRanges, fabric_spread, replay_table
+from tacos.synthesizer.collectives import MIRRORS, Tenants
+from tacos.synthesizer.fast_fabric import Wants, fabric_spread, replay_table
 from tacos.synthesizer.greedy import (
     MAX_RIVALS,
     RAREST_COMPARE_ALL,
@@ -72,7 +73,6 @@ from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import OP_CODES, TransferTable
 
-FAST_KINDS = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE)
 BLOCK_TRANSFERS = 1 << 20
 """Transfers per output block of the event loop (a block is ~20 MiB of columns)."""
 IN_MEMORY_PAIRS = 1 << 26
@@ -88,14 +88,12 @@ process next (see _kernels.prefetch): 4 measured 12% faster than none at 16,384 
 
 
 def fast_unsupported(topology: Topology, collectives: Sequence[Collective]) -> str | None:
-    """Why the fast engine cannot synthesize this problem, or None when it can (with or
-    without a port limit; several tenants, or a subset of ranks, without switches)."""
+    """Why the fast engine cannot synthesize this problem, or None when it can: another
+    cost model, too many chunks or links, or relays whose tables would not fit."""
     if not topology.cost.is_default:
         return f"it models the paper's links and free reductions, not {topology.cost.describe()}"
-    kind = collectives[0].kind
-    if kind not in FAST_KINDS:
-        return f"{kind} is not All-Gather, Reduce-Scatter or All-Reduce"
-    if sum(spec.num_chunks for spec in collectives) >= 2**31 or len(topology.links) >= 2**31:
+    num_chunks = sum(spec.num_chunks for spec in collectives)
+    if num_chunks >= 2**31 or len(topology.links) >= 2**31:
         return "more than 2**31 chunks or links"
     ranks = sum(len(spec.ranks) for spec in collectives)
     if len(collectives) > 1 or ranks != topology.num_npus:
@@ -384,25 +382,37 @@ def fast_transfers(topology: Topology, tenants: Tenants, settings: FastSettings)
     """The transfers ``synthesize_transfers`` returns for ``tenants``, as a table."""
     if tenants.kind is CollectiveKind.ALL_REDUCE:
         return _all_reduce(topology, tenants, settings)
-    if tenants.kind is CollectiveKind.REDUCE_SCATTER:
-        return _reduce_scatter(topology, tenants, settings)
-    return _spread(topology, tenants, Sources.at(_owners(tenants)), settings)
+    if tenants.kind in MIRRORS:
+        return _reduce_by_mirroring(topology, tenants, settings)
+    return _spread(topology, tenants, Sources.at(_sources(tenants)), settings)
 
 
-def _owners(tenants: Tenants) -> np.ndarray:
-    """Each chunk's owning NPU, the tenants' chunks one after the other (global ids)."""
-    return np.concatenate([collective_owners(spec) for spec in tenants.specs])
+def _sources(tenants: Tenants) -> np.ndarray:
+    """Where each chunk starts (global ids: the tenants' chunks one after the other), for
+    the spreading collectives, which start every chunk on one NPU."""
+    if tenants.kind is CollectiveKind.ALL_GATHER:
+        return np.concatenate([collective_owners(spec) for spec in tenants.specs])
+    node = np.full(tenants.num_chunks, -1, np.int64)
+    for source in tenants.sources():
+        assert node[source.chunk] < 0, "a spreading collective starts each chunk once"
+        node[source.chunk] = source.node
+    return node
 
 
-def _wanted_ranges(topology: Topology, tenants: Tenants) -> WantedRanges:
-    """What each node wants: its tenant's chunks (consecutive global ids), or none."""
-    lo = np.zeros(topology.num_nodes, np.int64)
-    hi = np.zeros(topology.num_nodes, np.int64)
+def _wants(topology: Topology, tenants: Tenants) -> Wants:
+    """What each node must end with (:meth:`.Collective.final_data`, global chunk ids)."""
+    (spec, *others), num_chunks = tenants.specs, tenants.num_chunks
+    spreads_to_all = spec.kind in (CollectiveKind.ALL_GATHER, CollectiveKind.BROADCAST)
+    if not others and spreads_to_all and len(spec.ranks) == topology.num_npus:
+        return Wants.everything(topology.num_nodes, topology.num_npus, num_chunks)
+    wanted = np.zeros((topology.num_nodes, num_chunks), np.bool_)
     for spec, offset in zip(tenants.specs, tenants.offsets, strict=True):
-        ranks = np.asarray(spec.ranks, np.int64)
-        lo[ranks], hi[ranks] = offset, offset + spec.num_chunks
-    partial = len(tenants.specs) > 1 or len(tenants.specs[0].ranks) != topology.num_npus
-    return WantedRanges(lo, hi, partial)
+        if spec.kind is CollectiveKind.ALL_GATHER:  # each rank: all of its tenant's chunks
+            wanted[np.asarray(spec.ranks), offset : offset + spec.num_chunks] = True
+            continue
+        for node, chunk, _ in spec.final_data():
+            wanted[node, offset + chunk] = True
+    return Wants.of(topology.num_npus, wanted)
 
 
 def _spread(
@@ -431,10 +441,11 @@ def _spread(
     if topology.num_nodes * num_chunks > IN_MEMORY_PAIRS:
         raise TacosError(
             f"{topology.num_nodes} nodes x {num_chunks} chunks makes too many transfers "
-            "to keep in memory; stream an All-Gather to disk: tacos synthesize --stream FILE "
+            "to keep in memory; use fewer, larger chunks (--chunks-per-npu, --chunk-size), "
+            "or stream an All-Gather to disk: tacos synthesize --stream FILE "
             "(tacos.stream.stream_all_gather)"
         )
-    wants = _wanted_ranges(topology, tenants)
+    wants = _wants(topology, tenants)
     if wants.partial:
         return _relayed_spread(
             topology, wants, chunk_bytes, sources, settings, link_free_at, earlier
@@ -492,7 +503,7 @@ def _fabric_spread(
 
 def _relayed_spread(
     topology: Topology,
-    wants: WantedRanges,
+    wants: Wants,
     chunk_bytes: int,
     sources: Sources,
     settings: FastSettings,
@@ -572,14 +583,15 @@ def spread_table(
     return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
 
 
-def _reduce_scatter(
+def _reduce_by_mirroring(
     topology: Topology, tenants: Tenants, settings: FastSettings, owners: Sources | None = None
 ) -> TransferTable:
-    """All-Gather on the transposed topology, played backwards as reductions into ``owners``
-    (by default the collective's own)."""
-    mirror = tenants.as_kind(CollectiveKind.ALL_GATHER)
+    """The mirrored spreading collective (Reduce-Scatter: All-Gather; Reduce: Broadcast) on
+    the transposed topology, played backwards as reductions into ``owners`` (by default
+    the collective's own)."""
+    mirror = tenants.as_kind(MIRRORS[tenants.kind])
     if owners is None:
-        owners = Sources.at(_owners(mirror))
+        owners = Sources.at(_sources(mirror))
     spread = _spread(topology.transposed(), mirror, owners, settings)
     finish = spread.end.max()
     # Played backwards, transfer X waits for the reversals of the transfers that
@@ -619,7 +631,8 @@ def _all_reduce_owned(
     """Reduce-Scatter into ``owners`` (per chunk, global ids), then All-Gather of each
     reduced chunk from its owner, overlapped."""
     at_owners = Sources.at(owners)
-    reduction = _reduce_scatter(topology, tenants, settings, at_owners)
+    scatter = tenants.as_kind(CollectiveKind.REDUCE_SCATTER)
+    reduction = _reduce_by_mirroring(topology, scatter, settings, at_owners)
     final = np.nonzero(reduction.dst == at_owners.node[reduction.chunk])[0]  # into the owner
     final = final[np.argsort(reduction.chunk[final], kind="stable")]
     final_chunks = reduction.chunk[final]

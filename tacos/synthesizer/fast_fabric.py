@@ -148,29 +148,49 @@ class FabricArrays:
 
 
 @dataclass(frozen=True)
-class WantedRanges:
-    """Per node, the chunks it must end with: ``lo[v] <= chunk < hi[v]`` (tenants' chunk ids
-    are consecutive), less those it starts with; ``partial`` when some NPU wants fewer
-    than all (then other nodes may relay)."""
+class Wants:
+    """Per node, the chunks it must end with (less those it starts with are not counted):
+    ``bits`` (a ``uint64`` row per node, bit ``c`` of word ``c // 64``), and the span
+    ``lo[v] <= chunk < hi[v]`` each row lies in (empty for nodes that want nothing);
+    ``partial`` when some NPU wants fewer than all (then other nodes may relay)."""
 
+    bits: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
     partial: bool
 
     @classmethod
-    def everything(cls, num_nodes: int, num_npus: int, num_chunks: int) -> WantedRanges:
-        """Every NPU wants every chunk."""
-        hi = np.where(np.arange(num_nodes) < num_npus, num_chunks, 0)
-        return cls(np.zeros(num_nodes, np.int64), hi.astype(np.int64), False)
+    def everything(cls, num_nodes: int, num_npus: int, num_chunks: int) -> Wants:
+        """Every NPU wants every chunk (``bits`` is then not needed: it has no rows)."""
+        hi = np.where(np.arange(num_nodes) < num_npus, num_chunks, 0).astype(np.int64)
+        bits = np.zeros((0, (num_chunks + 63) // 64), np.uint64)
+        return cls(bits, np.zeros(num_nodes, np.int64), hi, False)
+
+    @classmethod
+    def of(cls, num_npus: int, wanted: np.ndarray) -> Wants:
+        """From ``wanted[node, chunk]`` (booleans)."""
+        num_nodes, num_chunks = wanted.shape
+        padded = np.zeros((num_nodes, 64 * ((num_chunks + 63) // 64)), np.bool_)
+        padded[:, :num_chunks] = wanted
+        bits = np.packbits(padded, axis=1, bitorder="little").view("<u8").astype(np.uint64)
+        some = wanted.any(axis=1)
+        lo = np.where(some, wanted.argmax(axis=1), 0)
+        hi = np.where(some, num_chunks - wanted[:, ::-1].argmax(axis=1), 0)
+        partial = not wanted[:num_npus].all()
+        return cls(bits, lo.astype(np.int64), hi.astype(np.int64), partial)
 
     def wanted(self, node: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         """Whether each ``node`` wants its ``chunk`` (or starts with it)."""
-        return (self.lo[node] <= chunk) & (chunk < self.hi[node])
+        if not self.partial:
+            return (self.lo[node] <= chunk) & (chunk < self.hi[node])
+        return (self.bits[node, chunk >> 6] >> (chunk & 63).astype(np.uint64) & 1).astype(bool)
 
     def count(self, source_node: np.ndarray) -> int:
         """How many (node, chunk) deliveries: every wanted chunk but the sources' own."""
-        own = self.wanted(source_node, np.arange(len(source_node)))
-        return int((self.hi - self.lo).sum() - own.sum())
+        own = self.wanted(source_node, np.arange(len(source_node))).sum()
+        if not self.partial:
+            return int((self.hi - self.lo).sum() - own)
+        return int(np.unpackbits(self.bits.view(np.uint8)).sum() - own)
 
 
 _cache: dict[tuple[int, int], tuple[Topology, FabricArrays]] = {}
@@ -203,7 +223,7 @@ def fabric_spread(
     own_first: bool = True,
     near_fraction: float = 1.0,
     sends_in_flight: int | None = None,
-    wants: WantedRanges | None = None,
+    wants: Wants | None = None,
 ) -> TransferTable:
     """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU,
     or to the NPUs that ``wants`` says want it (relayed by others on direct links).
@@ -215,7 +235,7 @@ def fabric_spread(
     arrays = fabric_arrays(topology, chunk_bytes)
     num_chunks = len(source_node)
     if wants is None:
-        wants = WantedRanges.everything(topology.num_nodes, topology.num_npus, num_chunks)
+        wants = Wants.everything(topology.num_nodes, topology.num_npus, num_chunks)
     dist = arrays.distances() if wants.partial else np.zeros((0, 0))
     random_state = RandomState(rng)
     free_at = np.zeros(len(topology.links)) if link_free_at is None else link_free_at
@@ -229,7 +249,7 @@ def fabric_spread(
         arrays.dag_edge_link, arrays.dag_edge_pred, arrays.dag_path_us, arrays.dest_base,
         arrays.matching_of_link, arrays.one_uplink & own_first, num_chunks,
         np.asarray(source_node, np.int64), np.asarray(source_time, np.float64),
-        np.asarray(free_at, np.float64), wants.lo, wants.hi, dist,
+        np.asarray(free_at, np.float64), wants.lo, wants.hi, wants.bits, dist,
         wants.count(np.asarray(source_node, np.int64)),
         policy == "rarest", RAREST_COMPARE_ALL, index_offset, sends_in_flight or 0,
         random_state.mt, random_state.counters,
