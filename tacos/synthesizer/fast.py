@@ -39,7 +39,7 @@ reference's "brings closer" rule) never arise: topologies with switches take
 :mod:`.fast_fabric` (the same greedy with paths through the fabric, re-timed
 by a compiled replay), and the rest of this module serves NPU-only topologies
 up to tens of thousands of NPUs. Elsewhere (tenants, a subset of ranks,
-Gather, Scatter, All-to-All) :func:`_relayed_spread` runs the fabric kernel,
+Gather, Scatter, All-to-All) :func:`_fabric_spread` runs the fabric kernel,
 which relays over direct links and through switches, then the reference's
 prune and re-timing passes. :func:`fast_unsupported` says why a problem is out
 of scope; ``synthesize(engine="auto")`` then uses the reference.
@@ -73,6 +73,8 @@ from tacos.synthesizer.timing import shorten_tail
 from tacos.topology import Topology
 from tacos.transfers import OP_CODES, TransferTable
 
+_REDUCE = OP_CODES.index(Op.REDUCE)
+"""The ``op`` column's code of a reduction."""
 BLOCK_TRANSFERS = 1 << 20
 """Transfers per output block of the event loop (a block is ~20 MiB of columns)."""
 IN_MEMORY_PAIRS = 1 << 26
@@ -433,9 +435,9 @@ def _spread(
     something to send is matched at once, so each transfer already starts when
     its link is free and its chunk has arrived, which is what re-timing computes.
     Under a port limit it re-times as the reference does (:func:`_retimed`).
-    Where nodes want only some chunks (tenants, a subset of ranks) it runs
-    :func:`_relayed_spread`. ``tests/test_fast.py`` checks the result against the
-    reference's.
+    With switches, or where nodes want only some chunks (tenants, a subset of
+    ranks, Gather, Scatter, All-to-All), it runs :func:`_fabric_spread`.
+    ``tests/test_fast.py`` checks the result against the reference's.
     """
     num_chunks, chunk_bytes = tenants.num_chunks, tenants.chunk_bytes
     if topology.num_nodes * num_chunks > IN_MEMORY_PAIRS:
@@ -446,12 +448,10 @@ def _spread(
             "(tacos.stream.stream_all_gather)"
         )
     wants = _wants(topology, tenants)
-    if wants.partial:
-        return _relayed_spread(
+    if wants.partial or topology.num_switches:
+        return _fabric_spread(
             topology, wants, chunk_bytes, sources, settings, link_free_at, earlier
         )
-    if topology.num_switches:
-        return _fabric_spread(topology, chunk_bytes, sources, settings, link_free_at, earlier)
     blocks = list(
         spread_blocks(
             topology,
@@ -475,34 +475,6 @@ def _spread(
 
 def _fabric_spread(
     topology: Topology,
-    chunk_bytes: int,
-    sources: Sources,
-    settings: FastSettings,
-    link_free_at: np.ndarray | None,
-    earlier: TransferTable | None,
-) -> TransferTable:
-    """:func:`_spread` on a topology with switches, as the reference: spread, then re-time.
-
-    Pruning is a no-op here too (every path ends at an NPU that wants its
-    chunk); re-timing is not: a switch's link serves transfers in the order
-    they become ready, which can differ from the order the greedy booked them.
-    """
-    offset = 0 if earlier is None else len(earlier)
-    spread = fabric_spread(
-        topology, sources.node, sources.time, sources.deps_ptr, sources.deps, chunk_bytes,
-        settings.rng, settings.policy, link_free_at=link_free_at, index_offset=offset,
-        own_first=settings.own_first, near_fraction=settings.near_fraction,
-        sends_in_flight=settings.sends_in_flight,
-    )  # fmt: skip
-    if settings.on_delivery:
-        settings.on_delivery((topology.num_npus - 1) * len(sources.node))
-    combined = spread if earlier is None else _concat(earlier, spread)
-    replayed = _retimed(combined, topology, chunk_bytes, settings.sends_in_flight)
-    return _shorten_tail(replayed, topology, chunk_bytes, settings.sends_in_flight)
-
-
-def _relayed_spread(
-    topology: Topology,
     wants: Wants,
     chunk_bytes: int,
     sources: Sources,
@@ -510,10 +482,16 @@ def _relayed_spread(
     link_free_at: np.ndarray | None,
     earlier: TransferTable | None,
 ) -> TransferTable:
-    """:func:`_spread` where nodes want only some chunks, as the reference: the greedy
-    with relays (:func:`.fabric_spread`, whose kernel relays on direct links), then
-    the reference's passes on the transfers in start order: prune the relays that
-    fed no node wanting their chunk, re-time, shorten the tail."""
+    """:func:`_spread` on a topology with switches, or where nodes want only some chunks,
+    as the reference: the greedy (:func:`.fabric_spread`, whose kernel follows paths
+    through switches and relays), then the reference's passes.
+
+    Where every NPU wants every chunk it lacks, pruning is a no-op (every path ends at
+    an NPU that wants its chunk), re-timing is not: a switch's link serves transfers in
+    the order they become ready, which can differ from the order the greedy booked
+    them. Elsewhere, the transfers in start order lose the relays that fed no node
+    wanting their chunk, then are re-timed.
+    """
     offset = 0 if earlier is None else len(earlier)
     spread = fabric_spread(
         topology, sources.node, sources.time, sources.deps_ptr, sources.deps, chunk_bytes,
@@ -523,10 +501,13 @@ def _relayed_spread(
     )  # fmt: skip
     if settings.on_delivery:
         settings.on_delivery(wants.count(sources.node))
-    combined = _in_start_order(spread if earlier is None else _concat(earlier, spread))
-    goal = wants.wanted(combined.dst, combined.chunk) | (combined.op == OP_CODES.index(Op.REDUCE))
-    kept = combined.take(np.flatnonzero(K.needed_rows(goal, combined.deps_ptr, combined.deps)))
-    retimed = _retimed(kept, topology, chunk_bytes, settings.sends_in_flight)
+    combined = spread if earlier is None else _concat(earlier, spread)
+    if wants.partial:
+        combined = _in_start_order(combined)
+        goal = wants.wanted(combined.dst, combined.chunk) | (combined.op == _REDUCE)
+        needed = K.needed_rows(goal, combined.deps_ptr, combined.deps)
+        combined = combined.take(np.flatnonzero(needed))
+    retimed = _retimed(combined, topology, chunk_bytes, settings.sends_in_flight)
     return _shorten_tail(retimed, topology, chunk_bytes, settings.sends_in_flight)
 
 
