@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -102,6 +103,25 @@ def check_file_in_directory(directory: Path, name: str | None = None) -> None:
         check_file_target(directory / name)
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _hold_stops() -> set[int | signal.Signals]:
+    """Hold ^C, SIGTERM and SIGHUP back (the signal mask before, for :func:`_release_stops`).
+
+    A scratch file or directory is made, then its cleanup takes over; a stop
+    landing in between (the command line turns it into an exception where the
+    program is) would leave the scratch behind. Held, it lands once the cleanup
+    is in place.
+    """
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+
+def _release_stops(mask: set[int | signal.Signals]) -> None:
+    """Let the stops held by :func:`_hold_stops` land (any that came meanwhile, now)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 @contextmanager
 def atomic_file(path: Path) -> Iterator[BinaryIO]:
     """A binary file that becomes ``path`` only if the block succeeds (else it is removed).
@@ -111,11 +131,14 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
     """
     target = check_file_target(Path(path))
     _ensure_parent(target)
+    held = _hold_stops()
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as err:
+        _release_stops(held)
         raise TacosError(f"{path}: cannot write there: {err.strerror}") from None
     try:
+        _release_stops(held)
         with os.fdopen(fd, "wb") as handle:
             yield handle
         os.chmod(tmp, 0o666 & ~_umask())
@@ -171,12 +194,15 @@ def atomic_directory(path: Path, *, force: bool = False) -> Iterator[Path]:
     if not existing:
         _ensure_parent(path)
     home = path if existing else path.parent
+    held = _hold_stops()
     try:
         scratch = Path(tempfile.mkdtemp(prefix=f".{path.resolve().name}.", dir=home))
     except OSError as err:
+        _release_stops(held)
         raise TacosError(f"{path}: cannot write there: {err.strerror}") from None
-    os.chmod(scratch, 0o777 & ~_umask())
     try:
+        _release_stops(held)
+        os.chmod(scratch, 0o777 & ~_umask())
         yield scratch
         written = sorted(_files_under(scratch))
         (scratch / LEDGER).write_text("".join(f"{name}\n" for name in written), "utf-8")

@@ -14,12 +14,14 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from tacos.cli import export_main, main
+from tacos.output import atomic_directory, atomic_file
 
 
 def run(capsys, *argv, entry=main):
@@ -334,3 +336,37 @@ def test_a_stop_swallowed_inside_a_callback_is_raised_again_quietly():
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert "finished" not in done.stdout
     assert done.stderr.strip() == "tacos: SIGTERM, stopped"
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stop(_signum, _frame):
+    raise _Stopped
+
+
+@pytest.mark.parametrize("maker", ["mkstemp", "mkdtemp"])
+def test_a_stop_right_after_the_scratch_is_made_still_removes_it(tmp_path, monkeypatch, maker):
+    """A stop landing just as the scratch file or directory appears (where the CI once
+    sent one) is held until its cleanup is in place."""
+    original = getattr(tempfile, maker)
+
+    def made_then_stopped(*args, **kwargs):
+        made = original(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # lands as soon as Python may run a handler
+        return made
+
+    monkeypatch.setattr(tempfile, maker, made_then_stopped)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        with pytest.raises(_Stopped):
+            if maker == "mkstemp":
+                with atomic_file(tmp_path / "out.bin") as handle:
+                    handle.write(b"never")
+            else:
+                with atomic_directory(tmp_path / "bundle") as scratch:
+                    (scratch / "a.et").write_bytes(b"never")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert list(tmp_path.iterdir()) == []
