@@ -16,7 +16,7 @@ from tacos.linkmodel import CostModel
 from tacos.simulate import replay_times
 from tacos.synthesizer import _kernels, fast, synthesize_tenants
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
-from tacos.synthesizer.fast_fabric import FabricArrays, replay_times_of
+from tacos.synthesizer.fast_fabric import FabricArrays, fabric_arrays, replay_times_of
 from tacos.synthesizer.routes import Fabric, routes_from
 from tacos.topology import Link, Topology
 from tacos.transfers import TransferTable
@@ -359,3 +359,11 @@ def test_relays_too_big_for_memory_go_to_the_reference():
     assert fast.fast_unsupported(big, [Collective(AG, tuple(big.npus))]) is None
     halves = [Collective(AG, tuple(range(256))), Collective(AG, tuple(range(256, 512)))]
     assert fast.fast_unsupported(tacos.from_spec("dgx:64x8"), halves) is None
+
+
+def test_the_relays_compare_distances_between_npus_only():
+    """Sized as relay_table_bytes says: a row and a column per NPU, none per switch."""
+    topo = tacos.from_spec("dgx:2x4")
+    dist = fabric_arrays(topo, 2**20).distances(topo.num_npus)
+    assert dist.shape == (8, 8) and (np.diag(dist) == 0).all()
+    assert dist[0, 1] < dist[0, 4] < np.inf  # over the NVSwitch; to the other server, longer

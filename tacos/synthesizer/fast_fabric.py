@@ -136,13 +136,14 @@ class FabricArrays:
             edge_links, edge_preds, path_us, dest_base, matching_of_link, one_uplink,
         )  # fmt: skip
 
-    def distances(self) -> np.ndarray:
+    def distances(self, num_npus: int) -> np.ndarray:
         """``dist[x, t]``: the per-chunk time from NPU ``x`` to NPU ``t`` (inf: no path),
-        the distances the reference's relays compare."""
-        num_npus = len(self.near_ptr) - 1
+        the distances the reference's relays compare (NPUs only: the rows of
+        ``near_ptr`` past them, the switches', are empty)."""
         dist = np.full((num_npus, num_npus), np.inf)
-        targets = np.repeat(np.arange(num_npus), np.diff(self.near_ptr))
-        dist[self.near_nodes, targets] = self.near_dist
+        listed = self.near_ptr[num_npus]
+        targets = np.repeat(np.arange(num_npus), np.diff(self.near_ptr[: num_npus + 1]))
+        dist[self.near_nodes[:listed], targets] = self.near_dist[:listed]
         np.fill_diagonal(dist, 0.0)
         return dist
 
@@ -236,7 +237,7 @@ def fabric_spread(
     num_chunks = len(source_node)
     if wants is None:
         wants = Wants.everything(topology.num_nodes, topology.num_npus, num_chunks)
-    dist = arrays.distances() if wants.partial else np.zeros((0, 0))
+    dist = arrays.distances(topology.num_npus) if wants.partial else np.zeros((0, 0))
     random_state = RandomState(rng)
     free_at = np.zeros(len(topology.links)) if link_free_at is None else link_free_at
     chunk, link, start, end, dep, missing = FK.run_fabric_spread(
