@@ -2,9 +2,9 @@
 
 :func:`run_fabric_spread` is :func:`tacos.synthesizer.greedy.greedy_spread`
 compiled for the fast engine's scope (one source per chunk; every NPU wants
-every chunk it does not start with, or a range of them, which other nodes
-relay: :func:`_relays`, :func:`_offers`) on topologies with switches, and on
-NPU-only ones for tenants and subsets of ranks:
+every chunk it does not start with, or only some, which other nodes relay:
+:func:`_relays`, :func:`_offers`) on topologies with switches, and on
+NPU-only ones where NPUs want only some chunks:
 the same events, candidate links, random draws and decisions, so the same
 transfers in the same order. It is written for clarity more than for the
 last cache miss (unlike :func:`tacos.synthesizer._kernels.run_spread`, which
@@ -468,7 +468,7 @@ def _soonest_takers(
                     break
         if not takes:
             witness[g] = -2 - held[u]
-        if takes and wants[6].shape[0]:  # each destination: what it wants or relays
+        if takes and _relaying(wants):  # each destination: what it wants or relays
             for k in range(group_first[g], group_first[g] + group_size[g]):
                 if not _offers(u, dag_nodes[base + group_pos[k]], cover, holds, covers, wants):
                     continue
@@ -559,7 +559,7 @@ def _sends_own(
     base = dag_node_ptr[dag_of_link[link]]
     for g in range(dest_base[link], dest_base[link] + num_groups[link]):
         cover = group_cover[g]
-        if not wants[6].shape[0]:
+        if not _relaying(wants):
             if _lacks_own(own, u, own_first_word, own_last_word, covers, cover):
                 return True
             continue
@@ -593,7 +593,7 @@ def _takes(
     """How many chunks of ``sent[u]`` (``u``'s, or its own) a path from ``u`` would bring
     ``v`` (whose ``cover`` is ``cover``); where nodes want only some chunks, they are
     left in ``relay[0]`` (see :func:`_offers`)."""
-    if not wants[6].shape[0]:
+    if not _relaying(wants):
         return _lacking(sent, u, covers, cover)
     if not _offers(u, v, cover, holds, covers, wants):
         return 0
@@ -721,11 +721,22 @@ def wanted_word(lo: int, hi: int, w: int) -> np.uint64:
 
 
 # ---------------------------------------------------------------- relays
-# Where nodes want only some chunks (tenants, a subset of ranks), a node may
-# relay a chunk it does not want towards one that does (the reference's
-# ``_candidates``): per chunk, the NPUs still waiting for it (``waiting``, bits
-# only cleared), and per direct link ``u -> v``, the NPUs that want something
-# and that ``v`` is nearer to than ``u`` (``nearer``, made on first use).
+# Where nodes want only some chunks (tenants, a subset of ranks, Gather, Scatter,
+# All-to-All), a node may relay a chunk it does not want towards one that does
+# (the reference's ``_candidates``): per chunk, the NPUs still waiting for it
+# (``waiting``, bits only cleared), and per direct link ``u -> v`` (``nearer``)
+# or per pair of NPUs for paths through switches (``pair_nearer``), the NPUs that
+# want something and that ``v`` is nearer to than ``u`` (made on first use).
+# run_fabric_spread hands the helpers one tuple, ``wants``: 0 want_lo, 1 want_hi,
+# 2 closed, 3 waiting, 4 nearer, 5 nearer_count, 6 dist, 7 relay (a scratch row),
+# 8 nothing (a zero row), 9 pair_nearer, 10 pair_count, 11 want_bits.
+@njit(cache=True, inline="always")
+def _relaying(wants: tuple) -> bool:  # type: ignore[type-arg]
+    """Whether some NPU wants only some chunks (else ``dist`` and the relay tables have
+    no rows, and every node but the sources wants every chunk)."""
+    return wants[6].shape[0] > 0
+
+
 @njit(cache=True, inline="always")
 def _claim(v: int, chunk: int, taken: np.ndarray, closed: np.ndarray, waiting: np.ndarray) -> None:
     """``v`` has or receives ``chunk``: it no longer takes it, nor waits for it."""
@@ -1224,15 +1235,8 @@ def _run_instants(
      path) = scratch  # fmt: skip
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
     _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base, _ = fabric_tables
-    closed, waiting, dist, relay, nothing, want_bits = (
-        wants[2],
-        wants[3],
-        wants[6],
-        wants[7],
-        wants[8],
-        wants[11],
-    )
-    partial = dist.shape[0] > 0
+    _, _, closed, waiting, _, _, _, relay, nothing, _, _, want_bits = wants
+    partial = _relaying(wants)
     ev_times, ev_rows = events
     out_chunk, out_link, out_start, out_end, out_dep, sender_of = out
     num_links = link_src.shape[0]

@@ -22,7 +22,6 @@ Every spread is pruned, re-timed and has its tail shortened
 
 from __future__ import annotations
 
-import bisect
 import random
 from collections import defaultdict
 from collections.abc import Sequence
@@ -90,13 +89,6 @@ class Tenants:
 
     def as_kind(self, kind: CollectiveKind) -> Tenants:
         return Tenants(tuple(replace(spec, kind=kind) for spec in self.specs))
-
-    def group_of(self, chunk: int) -> int:
-        return bisect.bisect_right(self.offsets, chunk) - 1
-
-    def owner(self, chunk: int) -> int:
-        group = self.group_of(chunk)
-        return self.specs[group].owner(chunk - self.offsets[group])
 
     def sources(self) -> list[ChunkSource]:
         return [

@@ -227,7 +227,7 @@ def fabric_spread(
     wants: Wants | None = None,
 ) -> TransferTable:
     """The reference's greedy spread of chunk ``c`` from ``source_node[c]`` to every NPU,
-    or to the NPUs that ``wants`` says want it (relayed by others on direct links).
+    or to the NPUs that ``wants`` says want it (relayed by others on their way).
 
     Transfers in decision order (the reference's order, before sorting);
     dependencies index them plus ``index_offset``, or are the source's
