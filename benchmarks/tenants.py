@@ -2,10 +2,12 @@
 
 Run: ``python benchmarks/tenants.py [--scale [--reference]]``
 
-Tenants are synthesized jointly on one link timeline (``tacos.synthesize_tenants``),
-so where their traffic crosses the same links they slow each other down; each
-tenant is also synthesized alone on the same topology for comparison. Every
-schedule is verified, and the joint replay must match the joint synthesis.
+Tenants are synthesized on one link timeline (``tacos.synthesize_tenants``), or
+apart and replayed together where that finishes sooner ("built": together or
+apart), so where their traffic crosses the same links they slow each other
+down; each tenant is also synthesized alone on the same topology for
+comparison. Every schedule is verified, and the joint replay must match the
+joint synthesis.
 
 ``--scale`` instead times the compiled engine on bigger networks (tenants in
 halves or interleaved, and one collective over every third NPU, whose chunks
@@ -33,6 +35,8 @@ CASES = [
     ("switch:16", "all-reduce", "0-7;8-15", 2),
     ("ring:16", "all-reduce", "0-7;8-15", 2),
     ("ring:16", "all-reduce", "0,2,4,6,8,10,12,14;1,3,5,7,9,11,13,15", 2),
+    ("dgx:8x8", "all-reduce", "0-31;32-63", 1),
+    ("dgx:8x8", "all-reduce", ";".join(",".join(map(str, range(s, 64, 2))) for s in (0, 1)), 1),
 ]
 
 
@@ -57,7 +61,7 @@ def timed(topo: tacos.Topology, specs: list[Collective], engine: str) -> tuple[l
 
 def scale(with_reference: bool) -> None:
     print(f"{'topology':16} {'coll':10} {'groups':12} {'NPUs':>5} {'fast_s':>7} "
-          f"{'ref_s':>7} {'same':>5}  tenant times (us)")  # fmt: skip
+          f"{'ref_s':>7} {'same':>5} {'built':>8}  tenant times (us)")  # fmt: skip
     for network in SCALE_NETWORKS:
         topo = tacos.from_spec(network)
         for kind in SCALE_KINDS:
@@ -72,8 +76,9 @@ def scale(with_reference: bool) -> None:
                     pairs = zip(ours, theirs, strict=True)
                     same = str(all(list(a.transfers) == list(b.transfers) for a, b in pairs))
                 times = " ".join(f"{s.collective_time_us:.2f}" for s in ours)
+                built = ours[0].meta.get("tenants_synthesized", "-")
                 print(f"{network:16} {kind:10} {name:12} {topo.num_npus:>5} {fast_s:>7.2f} "
-                      f"{ref_s:>7} {same:>5}  {times}", flush=True)  # fmt: skip
+                      f"{ref_s:>7} {same:>5} {built:>8}  {times}", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -85,7 +90,7 @@ def main() -> None:
         scale(args.reference)
         return
     print(f"{'topology':12} {'coll':10} {'groups':40} {'tenant':>6} {'alone_us':>10} "
-          f"{'together_us':>11} {'slowdown':>8}")  # fmt: skip
+          f"{'together_us':>11} {'slowdown':>8} {'built':>8}")  # fmt: skip
     for spec, kind, groups_text, chunks in CASES:
         topo = tacos.from_spec(spec)
         groups = parse_groups(groups_text)
@@ -99,7 +104,8 @@ def main() -> None:
             shown = groups_text if len(groups_text) <= 40 else groups_text[:37] + "..."
             print(f"{spec:12} {kind:10} {shown:40} {index:>6} {alone:>10.2f} "
                   f"{schedule.collective_time_us:>11.2f} "
-                  f"{schedule.collective_time_us / alone:>8.3f}")  # fmt: skip
+                  f"{schedule.collective_time_us / alone:>8.3f} "
+                  f"{schedule.meta['tenants_synthesized']:>8}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -568,6 +568,9 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         text += f"; wrote {args.output}"
     if len(schedules) > 1:
         data["tenants"] = _tenant_table(schedules, args)
+        data["tenants_synthesized"] = meta["tenants_synthesized"]
+        data["tenants_us"] = meta["tenants_us"]
+        text += f"; {_tenants_built(meta)}"
     for row in data.get("tenants", []):
         text += (
             f"\n  tenant {row['tenant']} ({len(row['ranks'])} ranks): {row['together_us']:.6g} us "
@@ -592,6 +595,15 @@ def _winner(meta: dict[str, Any]) -> str:
     lost = tacos_us is not None and not name.startswith("tacos")
     versus = f", TACOS {tacos_us:.6g} us" if lost else ""
     return f"best of {len(built)} built: {name}{versus}"
+
+
+def _tenants_built(meta: dict[str, Any]) -> str:
+    """``tenants built apart, replayed together (on one timeline: 269.35 us)`` or the reverse."""
+    other = "together" if meta["tenants_synthesized"] == "apart" else "apart"
+    other_us = meta["tenants_us"][other]
+    how = {"apart": "built apart, replayed together", "together": "built on one timeline"}
+    versus = "did not verify together" if other_us is None else f"{other_us:.6g} us"
+    return f"tenants {how[meta['tenants_synthesized']]} ({how[other]}: {versus})"
 
 
 def _tenant_table(schedules: list[Schedule], args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -86,6 +86,19 @@ def test_bounds_command_reports_every_bound(capsys):
     assert {"ingress_us", "chunk_ingress_us", "diameter_us", "best_us"} <= set(json.loads(out))
 
 
+def test_tenants_report_how_they_were_built_and_both_times(capsys):
+    argv = ("synthesize", "--topology", "dgx:4x4", "--groups", "0-7;8-15",
+            "--collective", "all-reduce")  # fmt: skip
+    code, out, _ = run(capsys, *argv, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["tenants_synthesized"] == "apart"  # two servers each: they meet at the spine
+    assert data["collective_time_us"] == data["tenants_us"]["apart"]
+    assert data["tenants_us"]["apart"] < data["tenants_us"]["together"]
+    code, out, _ = run(capsys, *argv)
+    assert "tenants built apart, replayed together (built on one timeline: " in out
+
+
 def test_export_json_writes_schedule_into_a_directory(capsys, tmp_path):
     code, out, _ = run(capsys, "--format", "json", "-o", str(tmp_path / "out"), entry=export_main)
     assert code == 0 and "predicted collective time" in out

@@ -193,6 +193,31 @@ def test_tenants_share_links_and_each_verifies_on_its_own():
     assert sum(s.collective_time_us for s in together) > sum(alone)  # they contend
 
 
+@pytest.mark.parametrize(
+    ("spec", "groups", "meet_at_spine_only"),
+    [
+        ("dgx:4x4", [range(8), range(8, 16)], True),  # two servers each
+        ("dgx:4x4", [range(0, 16, 2), range(1, 16, 2)], False),  # every server shared
+        ("mesh2d:4x4", [range(8), range(8, 16)], False),
+    ],
+)
+def test_tenants_are_built_together_and_apart_and_the_sooner_kept(spec, groups, meet_at_spine_only):
+    topo = from_spec(spec)
+    specs = [Collective(CollectiveKind.ALL_REDUCE, tuple(g), 1, 2**20) for g in groups]
+    chosen = synthesize_tenants(topo, specs, algorithm="best")
+    times = chosen[0].meta["tenants_us"]
+    last_us = max(s.collective_time_us for s in chosen)
+    assert last_us == min(t for t in times.values() if t is not None)
+    for schedule in chosen:
+        check(schedule)
+        assert schedule.meta["tenants_synthesized"] in times
+    assert tacos.simulate(merge_tenants(chosen)).collective_time_us == last_us
+    if meet_at_spine_only:  # each as fast as on its own
+        alone = synthesize_tenants(topo, specs[:1], algorithm="best")[0]
+        assert chosen[0].meta["tenants_synthesized"] == "apart"
+        assert last_us == alone.collective_time_us
+
+
 def test_tenants_must_not_overlap():
     topo = from_spec("ring:8")
     specs = [Collective(CollectiveKind.ALL_GATHER, r) for r in ((0, 1, 2), (2, 3))]

@@ -105,7 +105,13 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     assert tree_layouts(mesh, [_all_reduce(mesh)], 1) == []  # one-port NPUs
     gather = Collective(CollectiveKind.ALL_GATHER, tuple(mesh.npus))
     assert tree_layouts(mesh, [gather], None) == []
-    assert tree_layouts(mesh, [Collective(AR, (0, 1, 2, 3))], None) == []
+    row = (0, 1, 2, 3)  # a subset of ranks joined by its own links: trees of its own
+    assert tree_layouts(mesh, [Collective(AR, row)], None) == [
+        TreeLayout((row,)),
+        TreeLayout((row,), spanning=True),
+    ]
+    diagonal = (0, 5, 10, 15)  # joined only through other NPUs: no trees
+    assert tree_layouts(mesh, [Collective(AR, diagonal)], None) == []
     two = from_spec("dgx:2x4")
     servers = TreeLayout(((0, 1, 2, 3), (4, 5, 6, 7)))
     assert tree_layouts(two, [_all_reduce(two)], None) == [servers]

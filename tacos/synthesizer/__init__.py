@@ -46,8 +46,13 @@ A classic winner then has its NPUs' links reordered as TACOS's are, when that
 is faster and verifies (``meta["reordered"]``; ``--algorithm <name>`` stays
 the plain algorithm). A best schedule's ``meta`` names the winner
 (``algorithm``) and the time of every candidate as built (``candidates_us``)
-or why one was not (``candidates_skipped``). Tenants share one timeline that only TACOS
-synthesizes, so ``best`` with several tenants is TACOS (and says so in ``meta``).
+or why one was not (``candidates_skipped``).
+
+Several tenants (collectives on disjoint ranks sharing the links) are built two
+ways, and the one whose last tenant finishes first is kept
+(``meta["tenants_synthesized"]``): together on one greedy timeline, and apart,
+each by everything above (trees, and the classic algorithms for ``best``), then
+replayed together (:mod:`.apart`).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
 from tacos.limits import MAX_TRIES
 from tacos.schedule import Schedule, Transfer
+from tacos.synthesizer.apart import replayed_together
 from tacos.synthesizer.attempts import (
     Attempt,
     fastest_attempt,
@@ -165,9 +171,49 @@ def synthesize_tenants(
     schedules = _synthesize_tacos(
         topology, collectives, seed, policy, sends_in_flight, progress, engine, tries
     )
+    if len(schedules) > 1:
+        return _sooner_apart(schedules, seed, policy, engine, tries, algorithm, sends_in_flight)
     if algorithm == "best":
         _take_the_best(schedules, sends_in_flight)
     return schedules
+
+
+def _sooner_apart(
+    together: list[Schedule],
+    seed: int,
+    policy: ChunkPolicy,
+    engine: Engine,
+    tries: int,
+    algorithm: str,
+    sends_in_flight: int | None,
+) -> list[Schedule]:
+    """The tenants synthesized one at a time and replayed together (:mod:`.apart`; each with
+    its own trees and, for ``best``, classic algorithms) when that finishes sooner than
+    the shared timeline ``together``. ``meta["tenants_synthesized"]`` says which, and
+    ``meta["tenants_us"]`` the time of both (the last tenant's end; ``None`` where the
+    tenants apart no longer verified together)."""
+    topology = together[0].topology
+    alone = [
+        synthesize_tenants(
+            topology, [schedule.collective], seed=seed, policy=policy,
+            sends_in_flight=sends_in_flight, engine=engine, tries=tries, algorithm=algorithm,
+        )[0]
+        for schedule in together
+    ]  # fmt: skip
+    apart = replayed_together(topology, alone, sends_in_flight)
+    together_us = max(s.collective_time_us for s in together)
+    apart_us = None if apart is None else max(s.collective_time_us for s in apart)
+    chosen, how = together, "together"
+    if apart is not None and apart_us is not None and apart_us < together_us:
+        chosen, how = apart, "apart"
+    times_us = {"together": together_us, "apart": apart_us}
+    for group, schedule in enumerate(chosen):
+        schedule.meta.update(
+            tenant=group, tenants=len(chosen), tenants_synthesized=how, tenants_us=times_us
+        )
+        if algorithm == "best":
+            schedule.meta.setdefault("algorithm", "tacos")
+    return chosen
 
 
 def _classic(
@@ -186,16 +232,8 @@ def _classic(
 
 def _take_the_best(schedules: list[Schedule], sends_in_flight: int | None) -> None:
     """Replace a lone TACOS schedule by a faster classic one; record every candidate."""
-    tacos_us = max(s.collective_time_us for s in schedules)
-    if len(schedules) > 1:
-        for schedule in schedules:
-            schedule.meta.update(
-                algorithm="tacos",
-                candidates_us={"tacos": schedule.collective_time_us},
-                candidates_skipped={"classic": "tenants share one timeline: TACOS only"},
-            )
-        return
     (tacos_schedule,) = schedules
+    tacos_us = tacos_schedule.collective_time_us
     outcome = compete(
         tacos_schedule.topology,
         tacos_schedule.collective,

@@ -218,19 +218,18 @@ def tree_layouts(
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
-    if spec.kind not in TREE_KINDS or len(spec.ranks) != topology.num_npus:
+    if spec.kind not in TREE_KINDS:
         return []
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     most = MAX_TREE_TRANSFERS if reduces else MAX_GATHER_TREE_TRANSFERS
-    if spec.num_chunks * (topology.num_npus - 1) > most:  # every layout makes more
+    if spec.num_chunks * (len(spec.ranks) - 1) > most:  # every layout makes more
         return []
     layouts: list[TreeLayout] = []
     in_bandwidth = {
-        sum(topology.links[i].bandwidth_GBps for i in topology.in_links[npu])
-        for npu in topology.npus
+        sum(topology.links[i].bandwidth_GBps for i in topology.in_links[npu]) for npu in spec.ranks
     }
     if reduces and not topology.num_switches and len(in_bandwidth) > 1:
-        whole = (tuple(topology.npus),)
+        whole = (tuple(sorted(spec.ranks)),)
         layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
     routes = _Routes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
