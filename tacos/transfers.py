@@ -124,6 +124,27 @@ class TransferTable(Sequence[Transfer]):
             np.fromiter((d for t in transfers for d in t.deps), np.int64, int(ptr[-1])),
         )
 
+    @classmethod
+    def joined(cls, tables: Sequence[TransferTable], chunk_offsets: Sequence[int]) -> TransferTable:
+        """``tables`` one after another, table ``i``'s chunk ids shifted by
+        ``chunk_offsets[i]`` and its dependencies by the rows before it (as several
+        tenants' schedules become one timeline)."""
+        rows_before = np.cumsum([0] + [len(table) for table in tables[:-1]])
+        deps_before = np.cumsum([0] + [len(table.deps) for table in tables[:-1]])
+        return cls(
+            np.concatenate([t.chunk + k for t, k in zip(tables, chunk_offsets, strict=True)]),
+            np.concatenate([t.src for t in tables]),
+            np.concatenate([t.dst for t in tables]),
+            np.concatenate([t.link for t in tables]),
+            np.concatenate([t.start for t in tables]),
+            np.concatenate([t.end for t in tables]),
+            np.concatenate([t.op for t in tables]),
+            np.concatenate(
+                [[0], *(t.deps_ptr[1:] + n for t, n in zip(tables, deps_before, strict=True))]
+            ).astype(np.int64),
+            np.concatenate([t.deps + n for t, n in zip(tables, rows_before, strict=True)]),
+        )
+
     def take(self, order: np.ndarray) -> TransferTable:
         """Rows ``order[0], order[1], ...`` with dependency indices rewritten to match.
 

@@ -1,6 +1,7 @@
 """Columnar transfers (TransferTable) and streamed All-Gathers stand in for transfer lists."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -48,6 +49,17 @@ def test_take_renumbers_dependencies_like_renumber(all_reduce):
     order = np.random.default_rng(1).permutation(len(transfers))
     table = TransferTable.from_transfers(transfers)
     assert list(table.take(order)) == renumber(transfers, order.tolist())
+
+
+def test_joined_tables_are_one_after_another_with_chunks_and_dependencies_shifted(all_reduce):
+    transfers = list(all_reduce.transfers)
+    table = TransferTable.from_transfers(transfers)
+    both = TransferTable.joined([table, table], [0, 100])
+    shifted = [
+        replace(t, chunk=t.chunk + 100, deps=tuple(d + len(transfers) for d in t.deps))
+        for t in transfers
+    ]
+    assert list(both) == transfers + shifted
 
 
 def test_columns_must_agree_in_length():

@@ -37,32 +37,15 @@ def replayed_together(
     them no longer verifies. Tenant ``i``'s chunks keep their own ids."""
     tables = [TransferTable.from_transfers(schedule.transfers) for schedule in alone]
     chunk_offsets = np.cumsum([0] + [s.collective.num_chunks for s in alone[:-1]])
-    row_offsets = np.cumsum([0] + [len(table) for table in tables])
-    joined = TransferTable(
-        np.concatenate([t.chunk + off for t, off in zip(tables, chunk_offsets, strict=True)]),
-        np.concatenate([t.src for t in tables]),
-        np.concatenate([t.dst for t in tables]),
-        np.concatenate([t.link for t in tables]),
-        np.concatenate([t.start for t in tables]),
-        np.concatenate([t.end for t in tables]),
-        np.concatenate([t.op for t in tables]),
-        np.concatenate(
-            [[0]] + [t.deps_ptr[1:] + n for t, n in zip(tables, _deps_before(tables), strict=True)]
-        ),
-        np.concatenate([t.deps + off for t, off in zip(tables, row_offsets, strict=False)]),
-    )
+    joined = TransferTable.joined(tables, chunk_offsets.tolist())
     chunk_bytes = alone[0].collective.chunk_bytes
     start, end = replayed(joined, topology, chunk_bytes, sends_in_flight)
-    together = []
-    for schedule, table, first in zip(alone, tables, row_offsets, strict=False):
+    together, first = [], 0
+    for schedule, table in zip(alone, tables, strict=True):
         rows = slice(first, first + len(table))
+        first += len(table)
         retimed = with_times(table, start[rows], end[rows])
         together.append(Schedule(topology, schedule.collective, retimed, dict(schedule.meta)))
     if not all(verify(schedule).ok for schedule in together):
         return None
     return together
-
-
-def _deps_before(tables: Sequence[TransferTable]) -> list[int]:
-    """Per table, how many dependency entries the tables before it hold."""
-    return np.cumsum([0] + [len(table.deps) for table in tables[:-1]]).tolist()
