@@ -204,7 +204,12 @@ def test_tenants_share_links_and_each_verifies_on_its_own():
 def test_tenants_are_built_together_and_apart_and_the_sooner_kept(spec, groups, meet_at_spine_only):
     topo = from_spec(spec)
     specs = [Collective(CollectiveKind.ALL_REDUCE, tuple(g), 1, 2**20) for g in groups]
-    chosen = synthesize_tenants(topo, specs, algorithm="best")
+    reports: list[tuple[int, int]] = []
+    chosen = synthesize_tenants(
+        topo, specs, algorithm="best", progress=lambda *report: reports.append(report)
+    )
+    done = [d for d, _ in reports]  # one report over both ways, each tenant alone after
+    assert done == sorted(done) and reports[-1][0] == reports[-1][1] == reports[0][1]
     times = chosen[0].meta["tenants_us"]
     last_us = max(s.collective_time_us for s in chosen)
     assert last_us == min(t for t in times.values() if t is not None)

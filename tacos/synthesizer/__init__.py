@@ -168,11 +168,15 @@ def synthesize_tenants(
         raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
     if algorithm in CLASSIC_ALGORITHMS:
         return [_classic(topology, collectives, algorithm, sends_in_flight)]
+    several = _BothWays(progress) if len(collectives) > 1 and progress is not None else None
     schedules = _synthesize_tacos(
-        topology, collectives, seed, policy, sends_in_flight, progress, engine, tries
-    )
+        topology, collectives, seed, policy, sends_in_flight,
+        several.together if several else progress, engine, tries,
+    )  # fmt: skip
     if len(schedules) > 1:
-        return _sooner_apart(schedules, seed, policy, engine, tries, algorithm, sends_in_flight)
+        return _sooner_apart(
+            schedules, seed, policy, engine, tries, algorithm, sends_in_flight, several
+        )
     if algorithm == "best":
         _take_the_best(schedules, sends_in_flight)
     return schedules
@@ -186,20 +190,22 @@ def _sooner_apart(
     tries: int,
     algorithm: str,
     sends_in_flight: int | None,
+    progress: _BothWays | None,
 ) -> list[Schedule]:
     """The tenants synthesized one at a time and replayed together (:mod:`.apart`; each with
     its own trees and, for ``best``, classic algorithms) when that finishes sooner than
     the shared timeline ``together``. ``meta["tenants_synthesized"]`` says which, and
     ``meta["tenants_us"]`` the time of both (the last tenant's end; ``None`` where the
     tenants apart no longer verified together)."""
-    topology = together[0].topology
-    alone = [
-        synthesize_tenants(
+    topology, alone = together[0].topology, []
+    for schedule in together:
+        alone += synthesize_tenants(
             topology, [schedule.collective], seed=seed, policy=policy,
             sends_in_flight=sends_in_flight, engine=engine, tries=tries, algorithm=algorithm,
-        )[0]
-        for schedule in together
-    ]  # fmt: skip
+            progress=progress.apart if progress else None,
+        )  # fmt: skip
+        if progress:
+            progress.next_tenant()
     apart = replayed_together(topology, alone, sends_in_flight)
     together_us = max(s.collective_time_us for s in together)
     apart_us = None if apart is None else max(s.collective_time_us for s in apart)
@@ -214,6 +220,27 @@ def _sooner_apart(
         if algorithm == "best":
             schedule.meta.setdefault("algorithm", "tacos")
     return chosen
+
+
+class _BothWays:
+    """One progress report over both ways tenants are built: the shared timeline's
+    deliveries, then each tenant's alone (as many in all), out of twice the first."""
+
+    def __init__(self, progress: ProgressCallback) -> None:
+        self.progress = progress
+        self.total = self.done_before = self.done = 0
+
+    def together(self, done: int, total: int) -> None:
+        self.total = total
+        self.progress(done, 2 * total)
+
+    def apart(self, done: int, _: int) -> None:
+        self.done = done
+        self.progress(self.total + self.done_before + done, 2 * self.total)
+
+    def next_tenant(self) -> None:
+        self.done_before += self.done
+        self.done = 0
 
 
 def _classic(
