@@ -600,8 +600,10 @@ def _winner(meta: dict[str, Any]) -> str:
 def _tenants_built(meta: dict[str, Any]) -> str:
     """``tenants built apart, replayed together (on one timeline: 269.35 us)`` or the reverse."""
     other = "together" if meta["tenants_synthesized"] == "apart" else "apart"
-    other_us = meta["tenants_us"][other]
     how = {"apart": "built apart, replayed together", "together": "built on one timeline"}
+    if other not in meta["tenants_us"]:
+        return f"tenants {how['together']} (too large to build apart as well)"
+    other_us = meta["tenants_us"][other]
     versus = "did not verify together" if other_us is None else f"{other_us:.6g} us"
     return f"tenants {how[meta['tenants_synthesized']]} ({how[other]}: {versus})"
 

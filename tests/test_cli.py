@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+import tacos
 from tacos.cli import export_main, main
 from tacos.schedule import Schedule
 
@@ -86,7 +87,7 @@ def test_bounds_command_reports_every_bound(capsys):
     assert {"ingress_us", "chunk_ingress_us", "diameter_us", "best_us"} <= set(json.loads(out))
 
 
-def test_tenants_report_how_they_were_built_and_both_times(capsys):
+def test_tenants_report_how_they_were_built_and_both_times(capsys, monkeypatch):
     argv = ("synthesize", "--topology", "dgx:4x4", "--groups", "0-7;8-15",
             "--collective", "all-reduce")  # fmt: skip
     code, out, _ = run(capsys, *argv, "--json")
@@ -97,6 +98,9 @@ def test_tenants_report_how_they_were_built_and_both_times(capsys):
     assert data["tenants_us"]["apart"] < data["tenants_us"]["together"]
     code, out, _ = run(capsys, *argv)
     assert "tenants built apart, replayed together (built on one timeline: " in out
+    monkeypatch.setattr(tacos.synthesizer, "APART_MAX_DELIVERIES", 0)
+    code, out, _ = run(capsys, *argv)
+    assert "tenants built on one timeline (too large to build apart as well)" in out
 
 
 def test_export_json_writes_schedule_into_a_directory(capsys, tmp_path):

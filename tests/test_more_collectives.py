@@ -223,6 +223,21 @@ def test_tenants_are_built_together_and_apart_and_the_sooner_kept(spec, groups, 
         assert last_us == alone.collective_time_us
 
 
+def test_tenants_too_large_to_build_twice_are_built_together(monkeypatch):
+    monkeypatch.setattr(tacos.synthesizer, "APART_MAX_DELIVERIES", 15)
+    topo = from_spec("dgx:2x4")
+    specs = [Collective(CollectiveKind.ALL_GATHER, g, 2) for g in ((0, 1, 2, 3), (4, 5, 6, 7))]
+    reports: list[tuple[int, int]] = []
+    chosen = synthesize_tenants(topo, specs, progress=lambda *report: reports.append(report))
+    assert [s.meta["tenants_synthesized"] for s in chosen] == ["together", "together"]
+    assert chosen[0].meta["tenants_us"] == {"together": max(s.collective_time_us for s in chosen)}
+    assert reports[-1][0] == reports[-1][1] == reports[0][1]  # one way only, reported whole
+    monkeypatch.undo()
+    both: list[tuple[int, int]] = []
+    synthesize_tenants(topo, specs, progress=lambda *report: both.append(report))
+    assert both[-1][1] == 2 * reports[-1][1]
+
+
 def test_tenants_must_not_overlap():
     topo = from_spec("ring:8")
     specs = [Collective(CollectiveKind.ALL_GATHER, r) for r in ((0, 1, 2), (2, 3))]

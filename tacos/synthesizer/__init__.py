@@ -52,7 +52,7 @@ Several tenants (collectives on disjoint ranks sharing the links) are built two
 ways, and the one whose last tenant finishes first is kept
 (``meta["tenants_synthesized"]``): together on one greedy timeline, and apart,
 each by everything above (trees, and the classic algorithms for ``best``), then
-replayed together (:mod:`.apart`).
+replayed together (:mod:`.apart`), up to :data:`APART_MAX_DELIVERIES`.
 """
 
 from __future__ import annotations
@@ -97,6 +97,13 @@ Engine = Literal["auto", "reference", "fast"]
 ENGINES: tuple[Engine, ...] = ("auto", "reference", "fast")
 AUTO_FAST_ABOVE = 64
 """``engine="auto"`` uses the fast engine above this many NPUs or chunks."""
+APART_MAX_DELIVERIES = 2_000_000
+"""Tenants of more (rank, chunk) deliveries than this (:func:`_deliveries_at_most`) are built
+together only: apart costs a second synthesis as long as the first, and at that size no
+tenant gets trees or a classic algorithm, so the greedy apart gains next to nothing (two
+1024-GPU halves of dgx:256x8 All-Reduce, 4.2 million: 158 s and 4.9 GB instead of 82 s
+and 3.3 GB, for 6091.72 us instead of 6091.95). Two 512-host halves of fat-tree:16
+All-Reduce (1.0 million) still gain 2% (21273.19 -> 20852.53 us; 31 -> 61 s)."""
 ALGORITHM_CHOICES = ("tacos", *CLASSIC_ALGORITHMS, "best")
 """What ``algorithm=`` accepts: TACOS, a classic algorithm, or the fastest of them all."""
 
@@ -168,15 +175,17 @@ def synthesize_tenants(
         raise TacosError(f"sends in flight must be at least 1, got {sends_in_flight}")
     if algorithm in CLASSIC_ALGORITHMS:
         return [_classic(topology, collectives, algorithm, sends_in_flight)]
-    several = _BothWays(progress) if len(collectives) > 1 and progress is not None else None
+    apart = len(collectives) > 1 and _deliveries_at_most(collectives) <= APART_MAX_DELIVERIES
+    both = _BothWays(progress) if apart and progress is not None else None
     schedules = _synthesize_tacos(
         topology, collectives, seed, policy, sends_in_flight,
-        several.together if several else progress, engine, tries,
+        both.together if both else progress, engine, tries,
     )  # fmt: skip
     if len(schedules) > 1:
-        return _sooner_apart(
-            schedules, seed, policy, engine, tries, algorithm, sends_in_flight, several
-        )
+        if apart:
+            args = (seed, policy, engine, tries, algorithm, sends_in_flight, both)
+            return _sooner_apart(schedules, *args)
+        return _built(schedules, "together", {"together": _last_end_us(schedules)}, algorithm)
     if algorithm == "best":
         _take_the_best(schedules, sends_in_flight)
     return schedules
@@ -207,19 +216,37 @@ def _sooner_apart(
         if progress:
             progress.next_tenant()
     apart = replayed_together(topology, alone, sends_in_flight)
-    together_us = max(s.collective_time_us for s in together)
-    apart_us = None if apart is None else max(s.collective_time_us for s in apart)
-    chosen, how = together, "together"
-    if apart is not None and apart_us is not None and apart_us < together_us:
-        chosen, how = apart, "apart"
-    times_us = {"together": together_us, "apart": apart_us}
-    for group, schedule in enumerate(chosen):
+    times_us = {
+        "together": _last_end_us(together),
+        "apart": None if apart is None else _last_end_us(apart),
+    }
+    if apart is not None and _last_end_us(apart) < _last_end_us(together):
+        return _built(apart, "apart", times_us, algorithm)
+    return _built(together, "together", times_us, algorithm)
+
+
+def _built(
+    schedules: list[Schedule], how: str, times_us: dict[str, float | None], algorithm: str
+) -> list[Schedule]:
+    """``schedules``, each told which tenant it is and how the tenants were built."""
+    for group, schedule in enumerate(schedules):
         schedule.meta.update(
-            tenant=group, tenants=len(chosen), tenants_synthesized=how, tenants_us=times_us
+            tenant=group, tenants=len(schedules), tenants_synthesized=how, tenants_us=times_us
         )
         if algorithm == "best":
             schedule.meta.setdefault("algorithm", "tacos")
-    return chosen
+    return schedules
+
+
+def _last_end_us(schedules: Sequence[Schedule]) -> float:
+    return max(schedule.collective_time_us for schedule in schedules)
+
+
+def _deliveries_at_most(collectives: Sequence[Collective]) -> int:
+    """(rank, chunk) deliveries of an All-Gather of the same chunks, twice for All-Reduce: the
+    size of the tenants' synthesis, counted without building anything."""
+    phases = 2 if collectives[0].kind is CollectiveKind.ALL_REDUCE else 1
+    return phases * sum((len(spec.ranks) - 1) * spec.num_chunks for spec in collectives)
 
 
 class _BothWays:
