@@ -38,6 +38,14 @@ def _all_reduce(topology, chunks=1):
     return Collective(AR, tuple(topology.npus), chunks, 2**20)
 
 
+def _all_gather(topology, chunks=1):
+    return Collective(AG, tuple(topology.npus), chunks, 2**20)
+
+
+def replace_kind(spec, kind):
+    return Collective(kind, spec.ranks, spec.chunks_per_rank, spec.chunk_bytes)
+
+
 def _checked(topology, spec, transfers):
     schedule = Schedule(topology, spec, transfers, {})
     report = tacos.verify(schedule)
@@ -123,6 +131,39 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     (hub,) = tree_layouts(eight, [_all_reduce(eight)], None)
     assert hub.hub and len(hub.groups) == 8
     assert tree_layouts(eight, [_all_reduce(eight, 4)], None) == []
+
+
+def test_hosts_behind_one_link_gather_straight_from_each_owner_as_fast_as_the_ring():
+    fat_tree = from_spec("fat-tree:4")
+    spec = Collective(AG, tuple(fat_tree.npus), 4, 2**20)
+    direct = TreeLayout(tuple((host,) for host in fat_tree.npus))
+    assert direct in tree_layouts(fat_tree, [spec], None)
+    assert direct not in tree_layouts(fat_tree, [replace_kind(spec, AR)], None)
+    dgx = from_spec("dgx:2x4")  # GPUs with NVLink and a NIC: they relay
+    assert all(
+        len(g) > 1 for lay in tree_layouts(dgx, [_all_gather(dgx)], None) for g in lay.groups
+    )
+    ours = tacos.synthesize(fat_tree, spec)
+    assert ours.meta["construction"] == "trees"
+    assert tacos.verify(ours).ok
+    ring = tacos.synthesize(fat_tree, spec, algorithm="ring")
+    assert ours.collective_time_us <= ring.collective_time_us
+
+
+def test_a_plan_whose_busiest_link_outlasts_the_time_to_beat_is_not_scheduled():
+    topology = from_spec("fat-tree:4")
+    spec = Collective(AG, tuple(topology.npus), 1, 2**20)
+    direct = TreeLayout(tuple((host,) for host in topology.npus))
+    built = tree_collective(topology, spec, direct, random.Random(0))
+    busiest_us = max(  # each host's link takes in every other host's chunk
+        sum(1 for t in built if t.link == link) * topology.link_busy_times_us(2**20)[link]
+        for link in range(len(topology.links))
+    )
+    assert tree_collective(topology, spec, direct, random.Random(0), busiest_us) is None
+    rs = replace_kind(spec, RS)
+    assert tree_collective(topology, rs, direct, random.Random(0), busiest_us) is None
+    again = tree_collective(topology, spec, direct, random.Random(0), busiest_us * 1.001)
+    assert list(again) == list(built)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -422,7 +422,9 @@ def fastest_construction(
     construction = "greedy"
     if policy == "rarest":
         for layout in tree_layouts(topology, tenants.specs, sends_in_flight):
-            on_trees = tree_collective(topology, tenants.specs[0], layout, random.Random(seed))
+            on_trees = tree_collective(
+                topology, tenants.specs[0], layout, random.Random(seed), finish_us(transfers)
+            )
             if on_trees is not None and finish_us(on_trees) < finish_us(transfers):
                 transfers, construction, reordered = on_trees, "trees", False
     return transfers, construction, reordered

@@ -94,14 +94,19 @@ All-Gather any number of servers or leaves):
    gets more rounds (:data:`POLISHING_ROUNDS`) and is re-timed by the replay.
 
 The entry point builds this for each layout :func:`tree_layouts` offers
-(groups, and how trees grow) and keeps it only when it beats the greedy. All-Reduce:
-on networks of direct links with uneven NPU bandwidth (meshes, heterogeneous
-meshes) both ways, on two to four servers or leaves, and through a hub on
-more of them at one or two chunks per NPU. Elsewhere Reduce-Scatter then
-All-Gather is at its bound (tori, rings) or crosses the network as little
+(groups, and how trees grow) and keeps it only when it beats the greedy; a plan
+whose busiest link is busy as long as the greedy takes is not scheduled.
+All-Reduce: on networks of direct links with uneven NPU bandwidth (meshes,
+heterogeneous meshes) both ways, on two to four servers or leaves, and through
+a hub on more of them at one or two chunks per NPU. Elsewhere Reduce-Scatter
+then All-Gather is at its bound (tori, rings) or crosses the network as little
 (eight servers would need three rounds of exchange; Reduce-Scatter then
-All-Gather crosses twice). All-Gather and Reduce-Scatter: on
-any number of servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`.
+All-Gather crosses twice). All-Gather and Reduce-Scatter: on any number of
+servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`; and on hosts
+behind one link each (fat trees) with every rank a group of its own, straight
+from each owner to every host (:func:`_direct`), up to
+:data:`MAX_DIRECT_TRANSFERS`. Any of these works on a subset of the ranks too
+(its servers, or the subset itself where its own links join it).
 """
 
 from __future__ import annotations
@@ -138,6 +143,11 @@ MAX_GATHER_TREE_TRANSFERS = 50_000
 """Larger All-Gathers and Reduce-Scatters are not tried this way (fat-tree:8, 128 hosts,
 at one chunk per NPU: about 48,000 transfers, 3 s against the greedy's 0.7 s; the
 greedy is within 6% of the bound there, and at four chunks the trees took 12 s)."""
+MAX_DIRECT_TRANSFERS = 400_000
+"""All-Gathers and Reduce-Scatters straight from each owner (:func:`_direct`) are tried up to
+this many transfers: fat-tree:8 at four chunks per host, 371,712 transfers, in 6 s
+against the greedy's 1.4 s (1.024 -> 1.008 of the best bound, where the ring gives
+1.021); singletons need no trees grown, so they cost less per transfer."""
 TREE_KINDS = (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
 """The collectives built on trees: Reduce-Scatter as the All-Gather's mirror."""
 EXCHANGING_GROUPS = (2, 3, 4)
@@ -221,7 +231,7 @@ def tree_layouts(
     if spec.kind not in TREE_KINDS:
         return []
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
-    most = MAX_TREE_TRANSFERS if reduces else MAX_GATHER_TREE_TRANSFERS
+    most = MAX_TREE_TRANSFERS if reduces else max(MAX_GATHER_TREE_TRANSFERS, MAX_DIRECT_TRANSFERS)
     if spec.num_chunks * (len(spec.ranks) - 1) > most:  # every layout makes more
         return []
     layouts: list[TreeLayout] = []
@@ -243,12 +253,45 @@ def tree_layouts(
             )
             if exchanging or hub or not reduces:
                 layouts.append(TreeLayout(tuple(tuple(group) for group in groups), hub=hub))
+    if not reduces and _direct(topology, spec.ranks):
+        layouts.append(TreeLayout(tuple((rank,) for rank in sorted(spec.ranks))))
     return [
         layout for layout in layouts
-        if _transfers(layout, spec, 1) <= most
+        if _transfers(layout, spec, 1) <= _most(layout, reduces)
         and routes.connect(layout.groups)
-        and _transfers(layout, spec, routes.longest_hops) <= most
+        and _transfers(layout, spec, routes.longest_hops) <= _most(layout, reduces)
     ]  # fmt: skip
+
+
+def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
+    """Whether an All-Gather may go straight from each owner to every rank: each rank is a
+    host behind one link each way into a switch (a fat tree's, or one switch's), so it
+    can pass nothing on that it could not have been sent directly, and what decides the
+    time is when each host's one link is busy. On fat-tree:4 at four chunks per host the
+    greedy, relaying through edge neighbours first, left every host's link idle for
+    about five chunk times early on (1.098 of the best bound, the ring 1.066); direct,
+    list-scheduled, 1.066 like the ring (1.176 against 1.235 at one chunk); fat-tree:8
+    1.024 -> 1.008 at four chunks, 1.055 -> 1.031 at one. Where the fabric is thinner
+    than the hosts' links it loses and is not kept: on ns-3's 128-node tree its busiest
+    link alone outlasts the greedy, so it is not even scheduled (:func:`tree_collective`'s
+    ``within_us``); htsim's 8 hosts, whose core links are half as fast, 1.274 against
+    the greedy's 1.096. Reduce-Scatter, its mirror, gains less (fat-tree:4 at four
+    chunks 1.098 -> 1.082, the ring 1.066)."""
+    return all(
+        len(topology.out_links[rank]) == len(topology.in_links[rank]) == 1
+        and topology.is_switch(topology.links[topology.out_links[rank][0]].dst)
+        for rank in ranks
+    )
+
+
+def _most(layout: TreeLayout, reduces: bool) -> int:
+    """How many transfers ``layout`` may make (:data:`MAX_TREE_TRANSFERS`, and for
+    All-Gather and Reduce-Scatter :data:`MAX_GATHER_TREE_TRANSFERS` or, straight from each
+    owner, :data:`MAX_DIRECT_TRANSFERS`)."""
+    if reduces:
+        return MAX_TREE_TRANSFERS
+    direct = all(len(group) == 1 for group in layout.groups)
+    return MAX_DIRECT_TRANSFERS if direct else MAX_GATHER_TREE_TRANSFERS
 
 
 def _leaves(routes: _Routes, servers: list[list[int]] | None) -> list[list[int]] | None:
@@ -294,14 +337,22 @@ def _transfers(layout: TreeLayout, spec: Collective, hops: int) -> int:
 
 
 def tree_collective(
-    topology: Topology, spec: Collective, layout: TreeLayout, rng: random.Random
+    topology: Topology,
+    spec: Collective,
+    layout: TreeLayout,
+    rng: random.Random,
+    within_us: float = math.inf,
 ) -> TransferTable | list[Transfer] | None:
     """The collective of the module docstring, re-timed as soon as possible; None when
     some root of an All-Reduce would send its partial sum after another root's had been
-    added to it. Transfers are sorted by (start, link), dependencies before dependants."""
+    added to it, or when every plan keeps some link busy for ``within_us`` or longer (it
+    cannot finish sooner, so it is not scheduled). Transfers are sorted by (start, link),
+    dependencies before dependants."""
     if spec.kind is CollectiveKind.REDUCE_SCATTER:
         gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
-        spread = tree_collective(topology.transposed(), gather, layout, rng)
+        spread = tree_collective(topology.transposed(), gather, layout, rng, within_us)
+        if spread is None:
+            return None
         assert isinstance(spread, TransferTable)
         mirrored = played_backwards(list(spread), topology, spec.chunk_bytes)
         return improved(topology, mirrored, spec.chunk_bytes) or mirrored
@@ -312,7 +363,11 @@ def tree_collective(
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
     lighter = REGROWN_IF_BUSIEST_BELOW * first.busiest_us
-    tried = [first, *(trees for trees in regrown if trees.busiest_us <= lighter)]
+    busy_us = np.asarray(topology.link_busy_times_us(spec.chunk_bytes))
+    tried = [
+        trees for trees in (first, *(t for t in regrown if t.busiest_us <= lighter))
+        if trees.busiest_busy_us(busy_us) < within_us
+    ]  # fmt: skip
     timed = [_timed(topology, spec, trees, layout.groups, launch) for trees in tried]
     return min(
         (table for table in timed if table is not None),
@@ -587,6 +642,12 @@ class _Trees(NamedTuple):
     """Per transfer, the index of its chunk's first transfer."""
     busiest_us: float
     """The link time booked on the busiest link."""
+
+    def busiest_busy_us(self, busy_us: np.ndarray) -> float:
+        """How long the busiest link is busy (``busy_us`` per link): no schedule of these
+        transfers ends sooner."""
+        links = np.fromiter((p.transfer.link for p in self.transfers), np.int64)
+        return float(np.bincount(links, weights=busy_us[links]).max(initial=0.0))
 
     def table(self) -> TransferTable:
         """The transfers as a table, their dependencies numbered over the whole plan."""
