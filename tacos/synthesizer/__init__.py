@@ -165,7 +165,8 @@ def synthesize_tenants(
     Returns one Schedule per collective; their times come from the joint
     timeline, so each shows what its tenant gets while the others run too.
     :func:`tacos.schedule.merge_tenants` joins them for a joint replay. A classic ``algorithm``
-    takes one collective; ``"best"`` with several is TACOS.
+    takes one collective; with several, ``"best"`` races the classic algorithms for each
+    tenant built apart (module docs).
     """
     if algorithm not in ALGORITHM_CHOICES:
         raise TacosError(
