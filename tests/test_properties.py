@@ -10,6 +10,7 @@ from random_networks import random_topologies
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
+from tacos.topology import Link, Topology
 
 
 @st.composite
@@ -45,3 +46,35 @@ def test_schedules_survive_a_json_round_trip(problem):
     again = tacos.Schedule.from_json(schedule.to_json())
     assert list(again.transfers) == list(schedule.transfers)
     assert tacos.verify(again).ok
+
+
+@st.composite
+def symmetric_problems(draw):
+    """Networks of cables (a link each way, as fast): the transposed network is the
+    network itself."""
+    topo = draw(random_topologies())
+    cables = {tuple(sorted((link.src, link.dst))): link for link in topo.links}
+    links = tuple(
+        Link(a, b, link.bandwidth_GBps, link.latency_us)
+        for (u, v), link in sorted(cables.items())
+        for a, b in ((u, v), (v, u))
+    )
+    return (
+        Topology(topo.num_npus, links, name="cables"),
+        draw(st.integers(1, 3)),
+        draw(st.integers(0, 2**16)),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(symmetric_problems())
+def test_a_reduce_scatter_is_never_slower_than_its_all_gather_on_a_symmetric_network(problem):
+    """A Reduce-Scatter is an All-Gather played backwards on the transposed network, which
+    here is the network itself: the mirror of the very All-Gather takes no longer."""
+    topo, chunks, seed = problem
+    gather, scatter = (
+        tacos.synthesize(topo, Collective(kind, tuple(topo.npus), chunks, 2**20), seed=seed)
+        for kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+    )
+    assert tacos.verify(scatter).ok
+    assert scatter.collective_time_us <= gather.collective_time_us * (1 + 1e-9)

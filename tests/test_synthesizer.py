@@ -156,3 +156,33 @@ def test_one_port_npus_never_have_two_messages_in_flight(spec, kind):
         for (_, earlier_end), (later_start, _) in zip(spans, spans[1:], strict=False):
             assert earlier_end <= later_start
     assert schedule.meta["sends_in_flight"] == 1
+
+
+def test_a_reduce_scatter_mirrors_the_all_gather_of_the_network_itself_when_that_is_faster(
+    monkeypatch,
+):
+    """On a 4x4 mesh with fast rows and slow columns the greedy's All-Gather meets its bound;
+    built on the transposed mesh (the same mesh, its links numbered otherwise) it broke
+    ties otherwise, and the Reduce-Scatter it mirrored did not."""
+    mesh = from_spec("mesh2d:4x4")
+    hetero = Topology(
+        16,
+        tuple(
+            Link(lk.src, lk.dst, 200.0 if abs(lk.src - lk.dst) == 1 else 50.0, lk.latency_us)
+            for lk in mesh.links
+        ),
+    )
+
+    def time_us(kind):
+        return tacos.synthesize(hetero, Collective(kind, tuple(range(16)), 1, 2**20))
+
+    gather = time_us(CollectiveKind.ALL_GATHER).collective_time_us
+    scatter = time_us(CollectiveKind.REDUCE_SCATTER)
+    assert tacos.verify(scatter).ok
+    assert (
+        scatter.collective_time_us
+        == gather
+        == tacos.lower_bounds(hetero, scatter.collective).best_us
+    )
+    monkeypatch.setattr(tacos.synthesizer, "MIRRORED_GATHER_MAX_DELIVERIES", -1)
+    assert time_us(CollectiveKind.REDUCE_SCATTER).collective_time_us > gather

@@ -95,6 +95,25 @@ def played_backwards(
     return retime_asap(renumber(backwards, order), topology, chunk_bytes, sends_in_flight)
 
 
+def as_transposed(topology: Topology) -> list[int] | None:
+    """Per link ``j``, the link of ``topology.transposed()`` that joins the same two nodes the
+    same way with the same bandwidth and latency, each taken once; None unless every
+    link has a twin running the other way (then the transposed topology is the topology
+    itself, its links renumbered, and a spread built on ``topology`` is one built on the
+    transposed topology once each transfer's link ``j`` becomes ``as_transposed[j]``)."""
+    unused: dict[tuple[int, int, float, float], list[int]] = {}
+    for index, link in enumerate(topology.transposed().links):
+        key = (link.src, link.dst, link.bandwidth_GBps, link.latency_us)
+        unused.setdefault(key, []).append(index)
+    mapping = []
+    for link in topology.links:
+        same = unused.get((link.src, link.dst, link.bandwidth_GBps, link.latency_us))
+        if not same:
+            return None
+        mapping.append(same.pop(0))
+    return mapping
+
+
 def renumber(transfers: Sequence[Transfer], order: Sequence[int]) -> list[Transfer]:
     """Transfers ``order[0], order[1], ...`` with dependency indices rewritten to match.
 
