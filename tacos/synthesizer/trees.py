@@ -146,8 +146,8 @@ greedy is within 6% of the bound there, and at four chunks the trees took 12 s).
 MAX_DIRECT_TRANSFERS = 400_000
 """All-Gathers and Reduce-Scatters straight from each owner (:func:`_direct`) are tried up to
 this many transfers: fat-tree:8 at four chunks per host, 371,712 transfers, in 6 s
-against the greedy's 1.4 s (1.024 -> 1.008 of the best bound, where the ring gives
-1.021); singletons need no trees grown, so they cost less per transfer."""
+against the greedy's 1.4 s (1.024 -> 1.008 of the best bound, the ring's time); singletons
+need no trees grown, so they cost less per transfer."""
 TREE_KINDS = (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
 """The collectives built on trees: Reduce-Scatter as the All-Gather's mirror."""
 EXCHANGING_GROUPS = (2, 3, 4)
