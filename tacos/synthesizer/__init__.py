@@ -421,9 +421,11 @@ def fastest_construction(
     on_delivery: Callable[[int], None] | None = None,
 ) -> tuple[Sequence[Transfer] | TransferTable, str, bool]:
     """The greedy's fastest attempt (:func:`fastest_greedy`), or the first of the trees
-    (:mod:`.trees`) that is faster still: the transfers, which it is (``"greedy"`` or
-    ``"trees"``, ``meta["construction"]``), and whether the greedy's links were
-    reordered. :mod:`tacos.stream` writes what this gives for a small All-Gather."""
+    (:mod:`.trees`) that is faster still, or for a Reduce-Scatter the greedy's mirror of
+    the All-Gather on the network itself (:func:`_mirror_of_own_gather`) if faster than
+    both: the transfers, which it is (``"greedy"`` or ``"trees"``,
+    ``meta["construction"]``), and whether the greedy's links were reordered.
+    :mod:`tacos.stream` writes what this gives for a small All-Gather."""
     transfers, reordered = fastest_greedy(
         topology, tenants, random.Random(seed), policy, sends_in_flight, engine, on_delivery
     )
@@ -437,7 +439,7 @@ def fastest_construction(
                 transfers, construction, reordered = on_trees, "trees", False
     mirrored = _mirror_of_own_gather(topology, tenants, seed, policy, sends_in_flight, engine)
     if mirrored is not None and finish_us(mirrored[0]) < finish_us(transfers):
-        transfers, reordered = mirrored
+        (transfers, reordered), construction = mirrored, "greedy"
     return transfers, construction, reordered
 
 
@@ -547,7 +549,7 @@ def _deliveries(topology: Topology, tenants: Tenants) -> int:
     else:
         mirror = tenants
     if mirror.kind is CollectiveKind.ALL_GATHER:  # each rank wants its tenant's chunks not its own
-        return phases * sum((len(spec.ranks) - 1) * spec.num_chunks for spec in mirror.specs)
+        return _deliveries_at_most(tenants.specs)
     sources = mirror.sources()
     return phases * sum(w.bit_count() for w in mirror.wants(topology.num_nodes, sources))
 
