@@ -4,7 +4,8 @@
 a directed cycle through a random permutation of the NPUs (so every NPU reaches
 every other) plus random extra links, each with its own bandwidth and latency;
 with ``switch=True``, sometimes one switch cabled to a random set of NPUs.
-``clusters`` draws small DGX- or MI250-like clusters of servers.
+``clusters`` draws small DGX- or MI250-like clusters of servers; ``host_fabrics``
+hosts behind one cable each into a random fabric of switches.
 """
 
 from __future__ import annotations
@@ -44,3 +45,19 @@ def clusters(draw, *, max_servers: int = 3):
     inside = "nvlink" if kind == "dgx" else "xgmi"
     topo = tacos.load_topology(f"{kind}:{nodes}x{gpus},{inside}={fast},nic={nic}")
     return topo.with_cost(CostModel(draw(st.sampled_from(["paper", "pipelined"]))))
+
+
+@st.composite
+def host_fabrics(draw):
+    """Two to eight hosts, each cabled to one of one to four switches; the switches joined by
+    a random spanning tree plus random extra cables, every cable at its own speed."""
+    hosts, switches = draw(st.integers(2, 8)), draw(st.integers(1, 4))
+    cables = [(host, hosts + draw(st.integers(0, switches - 1))) for host in range(hosts)]
+    cables += [(hosts + s, hosts + draw(st.integers(0, s - 1))) for s in range(1, switches)]
+    extra = st.tuples(st.integers(0, switches - 1), st.integers(0, switches - 1))
+    cables += [(hosts + a, hosts + b) for a, b in draw(st.lists(extra, max_size=3)) if a != b]
+    links = []
+    for a, b in cables:
+        bandwidth, latency = draw(bandwidths), draw(latencies)
+        links += [Link(a, b, bandwidth, latency), Link(b, a, bandwidth, latency)]
+    return Topology(hosts, tuple(links), switches, name="hosts")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import REFERENCE_DIR
-from random_networks import clusters, random_topologies
+from random_networks import clusters, host_fabrics, random_topologies
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
@@ -133,21 +133,53 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     assert tree_layouts(eight, [_all_reduce(eight, 4)], None) == []
 
 
-def test_hosts_behind_one_link_gather_straight_from_each_owner_as_fast_as_the_ring():
+def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_rings():
+    """On a fat tree every host's one link decides: the All-Gather straight from each owner
+    ties the ring, the Reduce-Scatter sends its very messages (so ties it too), and the
+    All-Reduce sends them twice without a pause between, faster than either ring."""
     fat_tree = from_spec("fat-tree:4")
     spec = Collective(AG, tuple(fat_tree.npus), 4, 2**20)
     direct = TreeLayout(tuple((host,) for host in fat_tree.npus))
-    assert direct in tree_layouts(fat_tree, [spec], None)
-    assert direct not in tree_layouts(fat_tree, [replace_kind(spec, AR)], None)
+    for kind in (AG, RS, AR):
+        assert direct in tree_layouts(fat_tree, [replace_kind(spec, kind)], None)
     dgx = from_spec("dgx:2x4")  # GPUs with NVLink and a NIC: they relay
     assert all(
         len(g) > 1 for lay in tree_layouts(dgx, [_all_gather(dgx)], None) for g in lay.groups
     )
-    ours = tacos.synthesize(fat_tree, spec)
-    assert ours.meta["construction"] == "trees"
-    assert tacos.verify(ours).ok
-    ring = tacos.synthesize(fat_tree, spec, algorithm="ring")
-    assert ours.collective_time_us <= ring.collective_time_us
+    times_us = {}
+    for kind in (AG, RS, AR):
+        ours = tacos.synthesize(fat_tree, replace_kind(spec, kind))
+        assert ours.meta["construction"] == "trees"
+        assert tacos.verify(ours).ok
+        assert tacos.simulate(ours).collective_time_us == ours.collective_time_us
+        times_us[kind] = ours.collective_time_us
+    assert times_us[RS] == times_us[AG]
+    for kind, ring in ((AG, "ring"), (RS, "ring"), (AR, "ring"), (AR, "hierarchical-ring")):
+        classic = tacos.synthesize(fat_tree, replace_kind(spec, kind), algorithm=ring)
+        assert times_us[kind] <= classic.collective_time_us
+    assert times_us[AR] < 2 * times_us[AG]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(host_fabrics(), st.integers(1, 3), st.integers(0, 2**16))
+def test_straight_from_each_owner_all_three_verify_and_reduce_scatter_sends_the_same_messages(
+    topology, chunks, seed
+):
+    """Hosts behind one cable each into any fabric: the All-Gather, the Reduce-Scatter that
+    sends its messages with the chunks renamed, and the All-Reduce that sends both."""
+    direct = TreeLayout(tuple((host,) for host in topology.npus))
+    built = {}
+    for kind in (AG, RS, AR):
+        spec = Collective(kind, tuple(topology.npus), chunks, 2**20)
+        built[kind] = _checked(
+            topology, spec, tree_collective(topology, spec, direct, random.Random(seed))
+        )
+
+    def hops(kind):
+        return sorted((t.src, t.dst, t.link) for t in built[kind].transfers)
+
+    assert hops(RS) == hops(AG)
+    assert sorted(hops(RS) * 2) == hops(AR)
 
 
 def test_a_plan_whose_busiest_link_outlasts_the_time_to_beat_is_not_scheduled():
@@ -162,6 +194,9 @@ def test_a_plan_whose_busiest_link_outlasts_the_time_to_beat_is_not_scheduled():
     assert tree_collective(topology, spec, direct, random.Random(0), busiest_us) is None
     rs = replace_kind(spec, RS)
     assert tree_collective(topology, rs, direct, random.Random(0), busiest_us) is None
+    ar = replace_kind(spec, AR)  # sends every message twice
+    assert tree_collective(topology, ar, direct, random.Random(0), 2 * busiest_us) is None
+    assert tree_collective(topology, ar, direct, random.Random(0), 2.002 * busiest_us)
     again = tree_collective(topology, spec, direct, random.Random(0), busiest_us * 1.001)
     assert list(again) == list(built)
 
@@ -293,7 +328,8 @@ def test_messages_share_parallel_links_and_the_planes_of_a_fat_tree(chunks):
     where one aggregation switch per pod used to carry them all."""
     topology = tacos.load_topology(HTSIM)
     spec = _all_reduce(topology, chunks)
-    (pods,) = tree_layouts(topology, [spec], None)
+    pods, straight = tree_layouts(topology, [spec], None)  # and every host on its own
+    assert all(len(group) == 1 for group in straight.groups)
     built = tree_collective(topology, spec, pods, random.Random(0))
     _checked(topology, spec, built)
     carried = [0] * len(topology.links)

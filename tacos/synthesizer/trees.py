@@ -1,5 +1,6 @@
 """Collectives on trees per chunk: All-Reduce on one reduction tree and one broadcast tree,
-the two overlapped; All-Gather on broadcast trees; Reduce-Scatter as that All-Gather's mirror.
+the two overlapped; All-Gather on broadcast trees; Reduce-Scatter as that All-Gather's mirror
+(or, where every chunk goes straight from its owner, with its very messages).
 
 Why: the greedy builds All-Reduce as Reduce-Scatter, then All-Gather. Where
 NPUs differ in bandwidth, that order has a floor above the link-capacity bound:
@@ -103,11 +104,14 @@ a hub on more of them at one or two chunks per NPU. Elsewhere Reduce-Scatter
 then All-Gather is at its bound (tori, rings) or crosses the network as little
 (eight servers would need three rounds of exchange; Reduce-Scatter then
 All-Gather crosses twice). All-Gather and Reduce-Scatter: on any number of
-servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`; and on hosts
-behind one link each (fat trees) with every rank a group of its own, straight
-from each owner to every host (:func:`_direct`), up to
-:data:`MAX_DIRECT_TRANSFERS`. Any of these works on a subset of the ranks too
-(its servers, or the subset itself where its own links join it).
+servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`. On hosts
+behind one link each (fat trees), all three with every rank a group of its
+own, straight from each owner to every host (:func:`_direct`), up to
+:data:`MAX_DIRECT_TRANSFERS`: the All-Gather list-scheduled, the Reduce-Scatter
+sending its messages with the chunks renamed (:func:`_sent_to_owners`), the
+All-Reduce the one then the other (:func:`_then_gathered`). Any of these works
+on a subset of the ranks too (its servers, or the subset itself where its own
+links join it).
 """
 
 from __future__ import annotations
@@ -136,7 +140,7 @@ from tacos.synthesizer.list_scheduling import (
 from tacos.synthesizer.ownership import collective_owners
 from tacos.synthesizer.timing import played_backwards
 from tacos.topology import Topology
-from tacos.transfers import TransferTable
+from tacos.transfers import OP_CODES, TransferTable
 
 MAX_TREE_TRANSFERS = 300_000
 """Larger All-Reduces are not tried this way (mesh2d:8x8 at 16 chunks per NPU, 129,024
@@ -146,12 +150,12 @@ MAX_GATHER_TREE_TRANSFERS = 50_000
 at one chunk per NPU: about 48,000 transfers, 3 s against the greedy's 0.7 s; the
 greedy is within 6% of the bound there, and at four chunks the trees took 12 s)."""
 MAX_DIRECT_TRANSFERS = 400_000
-"""All-Gathers and Reduce-Scatters straight from each owner (:func:`_direct`) are tried up to
-this many transfers: fat-tree:8 at four chunks per host, 371,712 transfers, in 6 s
-against the greedy's 1.4 s (1.024 -> 1.008 of the best bound, the ring's time); singletons
-need no trees grown, so they cost less per transfer."""
+"""Collectives straight from each owner (:func:`_direct`) are tried up to this many
+transfers in the All-Gather they list-schedule: fat-tree:8 at four chunks per host,
+371,712 transfers, in 6 s against the greedy's 1.4 s (1.024 -> 1.008 of the best bound,
+the ring's time); singletons need no trees grown, so they cost less per transfer."""
 TREE_KINDS = (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
-"""The collectives built on trees: Reduce-Scatter as the All-Gather's mirror."""
+"""The collectives built on trees: Reduce-Scatter from the All-Gather's plan."""
 EXCHANGING_GROUPS = (2, 3, 4)
 """Servers are reduced apart and exchange their sums when there are two to four: each
 root sends one or two sums per chunk (three: to both others at once, dgx:3x8 at one
@@ -226,7 +230,8 @@ def tree_layouts(
     trees of nearer parents and spanning ones, and the servers (or leaves,
     :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
     switches, two to four exchanging sums, more through a hub; for All-Gather and
-    Reduce-Scatter, a cluster's servers and its leaves."""
+    Reduce-Scatter, a cluster's servers and its leaves; for all three, every rank on
+    its own where each is a host behind one link (:func:`_direct`)."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
@@ -255,7 +260,7 @@ def tree_layouts(
             )
             if exchanging or hub or not reduces:
                 layouts.append(TreeLayout(tuple(tuple(group) for group in groups), hub=hub))
-    if not reduces and _direct(topology, spec.ranks):
+    if _direct(topology, spec.ranks):
         layouts.append(TreeLayout(tuple((rank,) for rank in sorted(spec.ranks))))
     return [
         layout for layout in layouts
@@ -277,8 +282,8 @@ def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
     than the hosts' links it loses and is not kept: on ns-3's 128-node tree its busiest
     link alone outlasts the greedy, so it is not even scheduled (:func:`tree_collective`'s
     ``within_us``); htsim's 8 hosts, whose core links are half as fast, 1.274 against
-    the greedy's 1.096. Reduce-Scatter, its mirror, gains less (fat-tree:4 at four
-    chunks 1.098 -> 1.082, the ring 1.066)."""
+    the greedy's 1.096. Reduce-Scatter and All-Reduce send its messages
+    (:func:`tree_collective`)."""
     return all(
         len(topology.out_links[rank]) == len(topology.in_links[rank]) == 1
         and topology.is_switch(topology.links[topology.out_links[rank][0]].dst)
@@ -287,13 +292,17 @@ def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
 
 
 def _most(layout: TreeLayout, reduces: bool) -> int:
-    """How many transfers ``layout`` may make (:data:`MAX_TREE_TRANSFERS`, and for
-    All-Gather and Reduce-Scatter :data:`MAX_GATHER_TREE_TRANSFERS` or, straight from each
-    owner, :data:`MAX_DIRECT_TRANSFERS`)."""
-    if reduces:
-        return MAX_TREE_TRANSFERS
-    direct = all(len(group) == 1 for group in layout.groups)
-    return MAX_DIRECT_TRANSFERS if direct else MAX_GATHER_TREE_TRANSFERS
+    """How many transfers ``layout`` may list-schedule: straight from each owner,
+    :data:`MAX_DIRECT_TRANSFERS`; else for All-Reduce :data:`MAX_TREE_TRANSFERS`, for
+    All-Gather and Reduce-Scatter :data:`MAX_GATHER_TREE_TRANSFERS`."""
+    if _straight(layout):
+        return MAX_DIRECT_TRANSFERS
+    return MAX_TREE_TRANSFERS if reduces else MAX_GATHER_TREE_TRANSFERS
+
+
+def _straight(layout: TreeLayout) -> bool:
+    """Whether every rank is a group of its own: chunks go straight from their owners."""
+    return all(len(group) == 1 for group in layout.groups)
 
 
 def _leaves(routes: _Routes, servers: list[list[int]] | None) -> list[list[int]] | None:
@@ -330,7 +339,7 @@ def _transfers(layout: TreeLayout, spec: Collective, hops: int) -> int:
     chunk, one into every NPU but the owner, and for All-Reduce one out of every NPU but
     the owner (through a hub) or but the roots and each root's exchange rounds."""
     npus, roots = sum(len(group) for group in layout.groups), len(layout.groups)
-    if spec.kind is not CollectiveKind.ALL_REDUCE:
+    if spec.kind is not CollectiveKind.ALL_REDUCE or _straight(layout):
         return spec.num_chunks * (npus - 1) * hops
     if layout.hub:
         return spec.num_chunks * 2 * (npus - 1) * hops
@@ -350,8 +359,17 @@ def tree_collective(
     added to it, or when every plan keeps some link busy for ``within_us`` or longer (it
     cannot finish sooner, so it is not scheduled). Transfers are sorted by (start, link),
     dependencies before dependants."""
+    gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
+    if _straight(layout) and spec.kind is not CollectiveKind.ALL_GATHER:
+        # An All-Reduce sends the All-Gather's messages twice: over each link, twice as long.
+        twice = spec.kind is CollectiveKind.ALL_REDUCE
+        spread = tree_collective(topology, gather, layout, rng, within_us / (2 if twice else 1))
+        if spread is None:
+            return None
+        assert isinstance(spread, TransferTable)
+        scatter = _sent_to_owners(spread, replace(spec, kind=CollectiveKind.REDUCE_SCATTER))
+        return _replayed(_then_gathered(scatter, spread) if twice else scatter, topology, spec)
     if spec.kind is CollectiveKind.REDUCE_SCATTER:
-        gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
         spread = tree_collective(topology.transposed(), gather, layout, rng, within_us)
         if spread is None:
             return None
@@ -376,6 +394,75 @@ def tree_collective(
         key=lambda table: float(table.end.max()),
         default=None,
     )
+
+
+def _sent_to_owners(gather: TransferTable, spec: Collective) -> TransferTable:
+    """A Reduce-Scatter with the messages of ``gather``, an All-Gather in which every chunk
+    goes straight from its owner to each rank (:func:`_direct`): the message that took
+    an owner's ``j``-th chunk to a rank takes the owner's part of that rank's ``j``-th
+    chunk there instead, added in on arrival. Every ordered pair of ranks still
+    exchanges the same messages on the same routes at the same times, so it takes as
+    long as the All-Gather (to be re-timed by the replay all the same: switches break
+    ties by chunk). Played backwards instead, the switches' arrival order changed and
+    cost time: fat-tree:4 at four chunks per host 1.082 of the best bound, the ring and
+    this 1.066."""
+    chunks_of: dict[int, list[int]] = {}
+    for chunk, owner in enumerate(collective_owners(spec).tolist()):
+        chunks_of.setdefault(owner, []).append(chunk)
+    place = {chunk: j for chunks in chunks_of.values() for j, chunk in enumerate(chunks)}
+    next_hop = np.full(len(gather), -1, np.int64)
+    next_hop[gather.deps] = gather.dep_rows  # a message's hops each wait for the one before
+    arrives_at = gather.dst.copy()
+    for row in range(len(gather) - 1, -1, -1):  # dependants come after their dependencies
+        if next_hop[row] >= 0:
+            arrives_at[row] = arrives_at[next_hop[row]]
+    renamed = [
+        chunks_of[rank][place[c]]
+        for rank, c in zip(arrives_at.tolist(), gather.chunk.tolist(), strict=True)
+    ]
+    op = np.where(next_hop < 0, OP_CODES.index(Op.REDUCE), OP_CODES.index(Op.COPY))
+    return replace(gather, chunk=np.array(renamed, np.int64), op=op.astype(gather.op.dtype))
+
+
+def _then_gathered(scatter: TransferTable, gather: TransferTable) -> TransferTable:
+    """All-Reduce: ``scatter`` (:func:`_sent_to_owners`), then ``gather`` with each chunk's
+    first hops waiting for every part added into the chunk's owner, timed after the
+    Reduce-Scatter ends (each link: its Reduce-Scatter transfers, then its All-Gather
+    ones; the replay pulls the latter in). In the All-Gather the owners send their
+    chunks one after another, so in the Reduce-Scatter the owners' first chunks are
+    complete long before its end, and every host sends on without a pause: fat-tree:4
+    at four chunks per host 1.033 of the best bound, where the hierarchical ring takes
+    1.050 and Reduce-Scatter then All-Gather by the greedy 1.083."""
+    reduced = np.flatnonzero(scatter.op == OP_CODES.index(Op.REDUCE))
+    reduced = reduced[np.argsort(scatter.chunk[reduced], kind="stable")]
+    parts = np.bincount(scatter.chunk[reduced], minlength=int(gather.chunk.max()) + 1)
+    first_part = np.concatenate(([0], np.cumsum(parts)))
+    own = np.diff(gather.deps_ptr)
+    deps = [
+        reduced[first_part[c] : first_part[c + 1]]
+        if not count
+        else gather.deps[gather.deps_ptr[row] : gather.deps_ptr[row + 1]] + len(scatter)
+        for row, (c, count) in enumerate(zip(gather.chunk.tolist(), own.tolist(), strict=True))
+    ]
+    counts = np.fromiter((len(d) for d in deps), np.int64, len(deps))
+    after_us = float(scatter.end.max())
+    return TransferTable(
+        np.concatenate((scatter.chunk, gather.chunk)),
+        np.concatenate((scatter.src, gather.src)),
+        np.concatenate((scatter.dst, gather.dst)),
+        np.concatenate((scatter.link, gather.link)),
+        np.concatenate((scatter.start, gather.start + after_us)),
+        np.concatenate((scatter.end, gather.end + after_us)),
+        np.concatenate((scatter.op, gather.op)),
+        np.concatenate((scatter.deps_ptr, scatter.deps_ptr[-1] + np.cumsum(counts))),
+        np.concatenate((scatter.deps, *deps)).astype(np.int64),
+    )
+
+
+def _replayed(table: TransferTable, topology: Topology, spec: Collective) -> TransferTable:
+    """``table`` at the times the replay gives it, sorted as schedules list transfers."""
+    start, end = replayed(table, topology, spec.chunk_bytes)
+    return with_times(table, start, end)
 
 
 def _timed(
