@@ -120,12 +120,13 @@ def test_reordering_sends_the_far_pods_chunks_first_on_a_host_tree():
 
 
 def test_best_reorders_a_classic_winner_and_the_plain_algorithm_stays_plain():
-    """Six DGX-like servers of four GPUs, All-Reduce at four chunks per GPU: the
-    hierarchical ring wins `best` (915.86 us, TACOS 943.47) and reordering its NPUs'
-    links takes it to 1.037 of the bound (1.049 as built)."""
+    """Six DGX-like servers of four GPUs, All-Reduce at four chunks per GPU, against plain
+    TACOS (random chunk choice, no trees): the hierarchical ring wins `best` (915.86 us,
+    TACOS 1040.74) and reordering its NPUs' links takes it to 1.037 of the bound (1.049
+    as built)."""
     topo = tacos.from_spec("dgx:6x4")
     spec = Collective(AR, tuple(topo.npus), 4, 2**20)
-    best = tacos.synthesize(topo, spec, algorithm="best")
+    best = tacos.synthesize(topo, spec, algorithm="best", policy="random")
     assert best.meta["algorithm"] == "hierarchical-ring" and best.meta["reordered"]
     assert best.collective_time_us < min(best.meta["candidates_us"].values())
     assert best.collective_time_us <= 1.04 * tacos.lower_bounds(topo, spec).best_us

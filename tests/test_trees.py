@@ -122,15 +122,16 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     assert tree_layouts(mesh, [Collective(AR, diagonal)], None) == []
     two = from_spec("dgx:2x4")
     servers = TreeLayout(((0, 1, 2, 3), (4, 5, 6, 7)))
-    assert tree_layouts(two, [_all_reduce(two)], None) == [servers]
+    joined = servers._replace(joined=True)  # and their Reduce-Scatter then All-Gather
+    assert tree_layouts(two, [_all_reduce(two)], None) == [servers, joined]
     four = from_spec("dgx:4x4")  # recursive doubling: two sums per root and chunk
     assert len(tree_layouts(four, [_all_reduce(four)], None)[0].groups) == 4
     three = from_spec("dgx:3x4")  # every root sends its sum to both others
     assert len(tree_layouts(three, [_all_reduce(three)], None)[0].groups) == 3
     eight = from_spec("dgx:8x2")  # through each chunk's owner's server, at few chunks
-    (hub,) = tree_layouts(eight, [_all_reduce(eight)], None)
-    assert hub.hub and len(hub.groups) == 8
-    assert tree_layouts(eight, [_all_reduce(eight, 4)], None) == []
+    hub, joined = tree_layouts(eight, [_all_reduce(eight)], None)
+    assert hub.hub and len(hub.groups) == 8 and joined == hub._replace(hub=False, joined=True)
+    assert tree_layouts(eight, [_all_reduce(eight, 4)], None) == [joined]
 
 
 def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_rings():
@@ -140,8 +141,9 @@ def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_
     fat_tree = from_spec("fat-tree:4")
     spec = Collective(AG, tuple(fat_tree.npus), 4, 2**20)
     direct = TreeLayout(tuple((host,) for host in fat_tree.npus))
-    for kind in (AG, RS, AR):
+    for kind in (AG, RS):
         assert direct in tree_layouts(fat_tree, [replace_kind(spec, kind)], None)
+    assert direct._replace(joined=True) in tree_layouts(fat_tree, [replace_kind(spec, AR)], None)
     dgx = from_spec("dgx:2x4")  # GPUs with NVLink and a NIC: they relay
     assert all(
         len(g) > 1 for lay in tree_layouts(dgx, [_all_gather(dgx)], None) for g in lay.groups
@@ -171,8 +173,9 @@ def test_straight_from_each_owner_all_three_verify_and_reduce_scatter_sends_the_
     built = {}
     for kind in (AG, RS, AR):
         spec = Collective(kind, tuple(topology.npus), chunks, 2**20)
+        layout = direct._replace(joined=kind is AR)
         built[kind] = _checked(
-            topology, spec, tree_collective(topology, spec, direct, random.Random(seed))
+            topology, spec, tree_collective(topology, spec, layout, random.Random(seed))
         )
 
     def hops(kind):
@@ -194,9 +197,9 @@ def test_a_plan_whose_busiest_link_outlasts_the_time_to_beat_is_not_scheduled():
     assert tree_collective(topology, spec, direct, random.Random(0), busiest_us) is None
     rs = replace_kind(spec, RS)
     assert tree_collective(topology, rs, direct, random.Random(0), busiest_us) is None
-    ar = replace_kind(spec, AR)  # sends every message twice
-    assert tree_collective(topology, ar, direct, random.Random(0), 2 * busiest_us) is None
-    assert tree_collective(topology, ar, direct, random.Random(0), 2.002 * busiest_us)
+    ar, twice = replace_kind(spec, AR), direct._replace(joined=True)  # every message twice
+    assert tree_collective(topology, ar, twice, random.Random(0), 2 * busiest_us) is None
+    assert tree_collective(topology, ar, twice, random.Random(0), 2.002 * busiest_us)
     again = tree_collective(topology, spec, direct, random.Random(0), busiest_us * 1.001)
     assert list(again) == list(built)
 
@@ -220,13 +223,14 @@ def test_servers_under_one_leaf_reduce_together_and_the_leaves_swap_sums():
     groups swap sums over the spine once per chunk."""
     topology = from_spec("dgx:8x2,nodes-per-leaf=4")
     spec = _all_reduce(topology)
-    servers, leaves = tree_layouts(topology, [spec], None)  # the eight through a hub
+    exchanging = [lay for lay in tree_layouts(topology, [spec], None) if not lay.joined]
+    servers, leaves = exchanging  # the eight through a hub
     assert servers.hub and not leaves.hub
     assert leaves.groups == (tuple(range(8)), tuple(range(8, 16)))
     _checked(topology, spec, tree_collective(topology, spec, leaves, random.Random(0)))
     two_tiers = from_spec("dgx:4x4,rails=2,nodes-per-leaf=2,spines=2")
     servers_and_leaves = tree_layouts(two_tiers, [_all_reduce(two_tiers)], None)
-    assert [len(layout.groups) for layout in servers_and_leaves] == [4, 2]
+    assert [len(layout.groups) for layout in servers_and_leaves if not layout.joined] == [4, 2]
 
 
 def test_two_servers_cross_once_at_one_chunk_per_npu():
@@ -328,8 +332,8 @@ def test_messages_share_parallel_links_and_the_planes_of_a_fat_tree(chunks):
     where one aggregation switch per pod used to carry them all."""
     topology = tacos.load_topology(HTSIM)
     spec = _all_reduce(topology, chunks)
-    pods, straight = tree_layouts(topology, [spec], None)  # and every host on its own
-    assert all(len(group) == 1 for group in straight.groups)
+    pods, *joined = tree_layouts(topology, [spec], None)  # and Reduce-Scatter-then-gathers
+    assert not pods.joined and all(layout.joined for layout in joined)
     built = tree_collective(topology, spec, pods, random.Random(0))
     _checked(topology, spec, built)
     carried = [0] * len(topology.links)

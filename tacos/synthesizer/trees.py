@@ -100,10 +100,12 @@ The entry point builds this for each layout :func:`tree_layouts` offers
 whose busiest link is busy as long as the greedy takes is not scheduled.
 All-Reduce: on networks of direct links with uneven NPU bandwidth (meshes,
 heterogeneous meshes) both ways, on two to four servers or leaves, and through
-a hub on more of them at one or two chunks per NPU. Elsewhere Reduce-Scatter
-then All-Gather is at its bound (tori, rings) or crosses the network as little
-(eight servers would need three rounds of exchange; Reduce-Scatter then
-All-Gather crosses twice). All-Gather and Reduce-Scatter: on any number of
+a hub on more of them at one or two chunks per NPU; and on any servers, leaves
+or hosts behind one link as the layout's own Reduce-Scatter, then its
+All-Gather, each chunk gathered once reduced (:func:`_then_gathered`: eight
+servers would need three rounds of exchange, Reduce-Scatter then All-Gather
+crosses twice). Elsewhere the greedy's Reduce-Scatter then All-Gather is at its
+bound (tori, rings). All-Gather and Reduce-Scatter: on any number of
 servers, and of leaves, up to :data:`MAX_GATHER_TREE_TRANSFERS`. On hosts
 behind one link each (fat trees), all three with every rank a group of its
 own, straight from each owner to every host (:func:`_direct`), up to
@@ -215,11 +217,14 @@ Reach = tuple[float, Route]
 class TreeLayout(NamedTuple):
     """What :func:`tree_collective` builds on: the groups of NPUs, whether the trees grow
     spanning (else by nearer parents; module docstring), and whether an All-Reduce goes
-    through each chunk's owner's group (``hub``) rather than exchanging the groups' sums."""
+    through each chunk's owner's group (``hub``) or is the layout's Reduce-Scatter then
+    its All-Gather (``joined``, :func:`_then_gathered`) rather than exchanging the
+    groups' sums."""
 
     groups: tuple[tuple[int, ...], ...]
     spanning: bool = False
     hub: bool = False
+    joined: bool = False
 
 
 def tree_layouts(
@@ -258,10 +263,13 @@ def tree_layouts(
                 and len(groups) > max(EXCHANGING_GROUPS)
                 and spec.chunks_per_rank <= HUB_MAX_CHUNKS_PER_NPU
             )
+            as_tuples = tuple(tuple(group) for group in groups)
             if exchanging or hub or not reduces:
-                layouts.append(TreeLayout(tuple(tuple(group) for group in groups), hub=hub))
+                layouts.append(TreeLayout(as_tuples, hub=hub))
+            if reduces:
+                layouts.append(TreeLayout(as_tuples, joined=True))
     if _direct(topology, spec.ranks):
-        layouts.append(TreeLayout(tuple((rank,) for rank in sorted(spec.ranks))))
+        layouts.append(TreeLayout(tuple((rank,) for rank in sorted(spec.ranks)), joined=reduces))
     return [
         layout for layout in layouts
         if _transfers(layout, spec, 1) <= _most(layout, reduces)
@@ -293,11 +301,11 @@ def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
 
 def _most(layout: TreeLayout, reduces: bool) -> int:
     """How many transfers ``layout`` may list-schedule: straight from each owner,
-    :data:`MAX_DIRECT_TRANSFERS`; else for All-Reduce :data:`MAX_TREE_TRANSFERS`, for
-    All-Gather and Reduce-Scatter :data:`MAX_GATHER_TREE_TRANSFERS`."""
+    :data:`MAX_DIRECT_TRANSFERS`; else for All-Reduce trees :data:`MAX_TREE_TRANSFERS`,
+    for All-Gather and Reduce-Scatter (joined too) :data:`MAX_GATHER_TREE_TRANSFERS`."""
     if _straight(layout):
         return MAX_DIRECT_TRANSFERS
-    return MAX_TREE_TRANSFERS if reduces else MAX_GATHER_TREE_TRANSFERS
+    return MAX_TREE_TRANSFERS if reduces and not layout.joined else MAX_GATHER_TREE_TRANSFERS
 
 
 def _straight(layout: TreeLayout) -> bool:
@@ -339,7 +347,7 @@ def _transfers(layout: TreeLayout, spec: Collective, hops: int) -> int:
     chunk, one into every NPU but the owner, and for All-Reduce one out of every NPU but
     the owner (through a hub) or but the roots and each root's exchange rounds."""
     npus, roots = sum(len(group) for group in layout.groups), len(layout.groups)
-    if spec.kind is not CollectiveKind.ALL_REDUCE or _straight(layout):
+    if spec.kind is not CollectiveKind.ALL_REDUCE or layout.joined:  # per plan
         return spec.num_chunks * (npus - 1) * hops
     if layout.hub:
         return spec.num_chunks * 2 * (npus - 1) * hops
@@ -360,15 +368,14 @@ def tree_collective(
     cannot finish sooner, so it is not scheduled). Transfers are sorted by (start, link),
     dependencies before dependants."""
     gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
-    if _straight(layout) and spec.kind is not CollectiveKind.ALL_GATHER:
-        # An All-Reduce sends the All-Gather's messages twice: over each link, twice as long.
-        twice = spec.kind is CollectiveKind.ALL_REDUCE
-        spread = tree_collective(topology, gather, layout, rng, within_us / (2 if twice else 1))
+    if layout.joined:
+        return _reduced_then_gathered(topology, spec, layout._replace(joined=False), rng, within_us)
+    if spec.kind is CollectiveKind.REDUCE_SCATTER and _straight(layout):
+        spread = tree_collective(topology, gather, layout, rng, within_us)
         if spread is None:
             return None
         assert isinstance(spread, TransferTable)
-        scatter = _sent_to_owners(spread, replace(spec, kind=CollectiveKind.REDUCE_SCATTER))
-        return _replayed(_then_gathered(scatter, spread) if twice else scatter, topology, spec)
+        return _replayed(_sent_to_owners(spread, spec), topology, spec)
     if spec.kind is CollectiveKind.REDUCE_SCATTER:
         spread = tree_collective(topology.transposed(), gather, layout, rng, within_us)
         if spread is None:
@@ -424,18 +431,60 @@ def _sent_to_owners(gather: TransferTable, spec: Collective) -> TransferTable:
     return replace(gather, chunk=np.array(renamed, np.int64), op=op.astype(gather.op.dtype))
 
 
-def _then_gathered(scatter: TransferTable, gather: TransferTable) -> TransferTable:
-    """All-Reduce: ``scatter`` (:func:`_sent_to_owners`), then ``gather`` with each chunk's
-    first hops waiting for every part added into the chunk's owner, timed after the
-    Reduce-Scatter ends (each link: its Reduce-Scatter transfers, then its All-Gather
-    ones; the replay pulls the latter in). In the All-Gather the owners send their
-    chunks one after another, so in the Reduce-Scatter the owners' first chunks are
-    complete long before its end, and every host sends on without a pause: fat-tree:4
-    at four chunks per host 1.033 of the best bound, where the hierarchical ring takes
-    1.050 and Reduce-Scatter then All-Gather by the greedy 1.083."""
-    reduced = np.flatnonzero(scatter.op == OP_CODES.index(Op.REDUCE))
+def _reduced_then_gathered(
+    topology: Topology,
+    spec: Collective,
+    layout: TreeLayout,
+    rng: random.Random,
+    within_us: float,
+) -> TransferTable | None:
+    """All-Reduce as ``layout``'s Reduce-Scatter, then its All-Gather (:func:`_then_gathered`);
+    None when either plan keeps some link busy for ``within_us`` or longer. Straight from
+    each owner the Reduce-Scatter sends the All-Gather's messages (:func:`_sent_to_owners`),
+    so every link carries twice the All-Gather's load and the gate halves."""
+    gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
+    scatter_spec = replace(spec, kind=CollectiveKind.REDUCE_SCATTER)
+    straight = _straight(layout)
+    gate_us = within_us / 2 if straight else within_us
+    spread = tree_collective(topology, gather, layout, rng, gate_us)
+    if spread is None:
+        return None
+    assert isinstance(spread, TransferTable)
+    if straight:
+        scatter = _sent_to_owners(spread, scatter_spec)
+    else:
+        reduced = tree_collective(topology, scatter_spec, layout, rng, within_us)
+        if reduced is None:
+            return None
+        scatter = TransferTable.from_transfers(reduced)
+    joined = _then_gathered(scatter, spread, collective_owners(spec))
+    return _replayed(joined, topology, spec)
+
+
+def _then_gathered(
+    scatter: TransferTable, gather: TransferTable, owners: np.ndarray
+) -> TransferTable:
+    """All-Reduce: ``scatter``, then ``gather`` with each chunk's first hops waiting for the
+    parts added into the chunk's owner, timed after the Reduce-Scatter ends (each link:
+    its Reduce-Scatter transfers, then its All-Gather ones; the replay pulls the latter
+    in). Each owner's chunks are renamed in the All-Gather so that it sends first the
+    ones reduced first: a played-backwards Reduce-Scatter completes last what its
+    All-Gather launched first, and as built the two did not overlap at all (dgx:6x4 at
+    four chunks per GPU: 945.9 us, renamed 894.3, 1.025 of the best bound; the greedy
+    943.5, the hierarchical ring 915.9). Straight from each owner every host then sends
+    on without a pause: fat-tree:4 at four chunks per host 1.033 of the best bound,
+    where the hierarchical ring takes 1.050."""
+    code = OP_CODES.index(Op.REDUCE)
+    reduced = np.flatnonzero((scatter.op == code) & (scatter.dst == owners[scatter.chunk]))
+    done_us = np.zeros(len(owners))
+    np.maximum.at(done_us, scatter.chunk[reduced], scatter.end[reduced])
+    first_us = np.full(len(owners), np.inf)
+    np.minimum.at(first_us, gather.chunk, gather.start)
+    renamed = np.empty(len(owners), np.int64)  # per owner: k-th launched -> k-th reduced
+    renamed[np.lexsort((first_us, owners))] = np.lexsort((done_us, owners))
+    gather = replace(gather, chunk=renamed[gather.chunk])
     reduced = reduced[np.argsort(scatter.chunk[reduced], kind="stable")]
-    parts = np.bincount(scatter.chunk[reduced], minlength=int(gather.chunk.max()) + 1)
+    parts = np.bincount(scatter.chunk[reduced], minlength=len(owners))
     first_part = np.concatenate(([0], np.cumsum(parts)))
     own = np.diff(gather.deps_ptr)
     deps = [
