@@ -147,6 +147,12 @@ from tacos.transfers import OP_CODES, TransferTable
 MAX_TREE_TRANSFERS = 300_000
 """Larger All-Reduces are not tried this way (mesh2d:8x8 at 16 chunks per NPU, 129,024
 transfers, takes about 3 s against the greedy's 0.2 s; building the trees is most of it)."""
+MAX_JOINED_TRANSFERS = 400_000
+"""All-Reduces as a layout's Reduce-Scatter then All-Gather (:func:`_then_gathered`) are
+tried up to this many transfers in each plan, counting every message at the most hops
+any takes: dgx:16x8 at four chunks per GPU, 390,144 so counted (145,408 in fact), about
+8 s for 1.017 of the best bound, where the greedy takes 1.047 and the hierarchical ring
+1.043."""
 MAX_GATHER_TREE_TRANSFERS = 50_000
 """Larger All-Gathers and Reduce-Scatters are not tried this way (fat-tree:8, 128 hosts,
 at one chunk per NPU: about 48,000 transfers, 3 s against the greedy's 0.7 s; the
@@ -243,7 +249,9 @@ def tree_layouts(
     if spec.kind not in TREE_KINDS:
         return []
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
-    most = MAX_TREE_TRANSFERS if reduces else max(MAX_GATHER_TREE_TRANSFERS, MAX_DIRECT_TRANSFERS)
+    most = max(
+        MAX_TREE_TRANSFERS, MAX_GATHER_TREE_TRANSFERS, MAX_DIRECT_TRANSFERS, MAX_JOINED_TRANSFERS
+    )
     if spec.num_chunks * (len(spec.ranks) - 1) > most:  # every layout makes more
         return []
     layouts: list[TreeLayout] = []
@@ -255,6 +263,7 @@ def tree_layouts(
         layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
     routes = _Routes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
+    direct = _direct(topology, spec.ranks)
     for groups in (servers, _leaves(routes, servers)):
         if groups is not None:
             exchanging = len(groups) in EXCHANGING_GROUPS
@@ -266,9 +275,9 @@ def tree_layouts(
             as_tuples = tuple(tuple(group) for group in groups)
             if exchanging or hub or not reduces:
                 layouts.append(TreeLayout(as_tuples, hub=hub))
-            if reduces:
+            if reduces and not direct:  # hosts behind one link: joined straight (below)
                 layouts.append(TreeLayout(as_tuples, joined=True))
-    if _direct(topology, spec.ranks):
+    if direct:
         layouts.append(TreeLayout(tuple((rank,) for rank in sorted(spec.ranks)), joined=reduces))
     return [
         layout for layout in layouts
@@ -291,7 +300,10 @@ def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
     link alone outlasts the greedy, so it is not even scheduled (:func:`tree_collective`'s
     ``within_us``); htsim's 8 hosts, whose core links are half as fast, 1.274 against
     the greedy's 1.096. Reduce-Scatter and All-Reduce send its messages
-    (:func:`tree_collective`)."""
+    (:func:`tree_collective`). There an All-Reduce is joined straight only: on fat-tree:8
+    the servers' (hosts under one edge switch) and leaves' joined plans were slower
+    (at one chunk per host 5568.7 and 5628.8 us against 5288.3, at four 20832.5 and
+    20952.7 against 20451.9) and took 30 of the 40 seconds."""
     return all(
         len(topology.out_links[rank]) == len(topology.in_links[rank]) == 1
         and topology.is_switch(topology.links[topology.out_links[rank][0]].dst)
@@ -301,11 +313,14 @@ def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
 
 def _most(layout: TreeLayout, reduces: bool) -> int:
     """How many transfers ``layout`` may list-schedule: straight from each owner,
-    :data:`MAX_DIRECT_TRANSFERS`; else for All-Reduce trees :data:`MAX_TREE_TRANSFERS`,
-    for All-Gather and Reduce-Scatter (joined too) :data:`MAX_GATHER_TREE_TRANSFERS`."""
+    :data:`MAX_DIRECT_TRANSFERS`; joined, :data:`MAX_JOINED_TRANSFERS` in each plan; else
+    for All-Reduce :data:`MAX_TREE_TRANSFERS`, for All-Gather and Reduce-Scatter
+    :data:`MAX_GATHER_TREE_TRANSFERS`."""
     if _straight(layout):
         return MAX_DIRECT_TRANSFERS
-    return MAX_TREE_TRANSFERS if reduces and not layout.joined else MAX_GATHER_TREE_TRANSFERS
+    if layout.joined:
+        return MAX_JOINED_TRANSFERS
+    return MAX_TREE_TRANSFERS if reduces else MAX_GATHER_TREE_TRANSFERS
 
 
 def _straight(layout: TreeLayout) -> bool:
