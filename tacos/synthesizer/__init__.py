@@ -318,9 +318,10 @@ def _reordered(classic: Schedule, sends_in_flight: int | None) -> Schedule:
 
     The user asked for the fastest schedule, not for the plain algorithm (which
     ``--algorithm <name>`` still gives). A classic plan's correctness could rest on
-    an order its dependencies do not state, so the reordered one is verified. On a
-    heterogeneous 4x4 mesh, All-Reduce at one chunk per NPU: hierarchical ring
-    1.180 -> 1.118 of the best bound.
+    an order its dependencies do not state, so the reordered one is verified. On six
+    DGX-like servers of four GPUs, All-Reduce at four chunks per GPU: hierarchical
+    ring 1.049 -> 1.037 of the best bound (on a heterogeneous 4x4 mesh at one chunk
+    per NPU 1.180 -> 1.118, as fast as TACOS's trees).
     """
     kept = replace(classic, meta={**classic.meta, "reordered": False})
     if sends_in_flight is not None:  # the list scheduler has no port model
