@@ -498,28 +498,24 @@ def _then_gathered(
     renamed = np.empty(len(owners), np.int64)  # per owner: k-th launched -> k-th reduced
     renamed[np.lexsort((first_us, owners))] = np.lexsort((done_us, owners))
     gather = replace(gather, chunk=renamed[gather.chunk])
+    after_us = float(scatter.end.max())
+    later = replace(gather, start=gather.start + after_us, end=gather.end + after_us)
+    both = TransferTable.joined([scatter, later], [0, 0])
+    # The All-Gather's first hops (no dependencies of their own) wait for the parts.
+    first_hops = len(scatter) + np.flatnonzero(np.diff(gather.deps_ptr) == 0)
     reduced = reduced[np.argsort(scatter.chunk[reduced], kind="stable")]
     parts = np.bincount(scatter.chunk[reduced], minlength=len(owners))
     first_part = np.concatenate(([0], np.cumsum(parts)))
-    own = np.diff(gather.deps_ptr)
-    deps = [
-        reduced[first_part[c] : first_part[c + 1]]
-        if not count
-        else gather.deps[gather.deps_ptr[row] : gather.deps_ptr[row + 1]] + len(scatter)
-        for row, (c, count) in enumerate(zip(gather.chunk.tolist(), own.tolist(), strict=True))
-    ]
-    counts = np.fromiter((len(d) for d in deps), np.int64, len(deps))
-    after_us = float(scatter.end.max())
-    return TransferTable(
-        np.concatenate((scatter.chunk, gather.chunk)),
-        np.concatenate((scatter.src, gather.src)),
-        np.concatenate((scatter.dst, gather.dst)),
-        np.concatenate((scatter.link, gather.link)),
-        np.concatenate((scatter.start, gather.start + after_us)),
-        np.concatenate((scatter.end, gather.end + after_us)),
-        np.concatenate((scatter.op, gather.op)),
-        np.concatenate((scatter.deps_ptr, scatter.deps_ptr[-1] + np.cumsum(counts))),
-        np.concatenate((scatter.deps, *deps)).astype(np.int64),
+    chunks = both.chunk[first_hops].tolist()
+    waits = [reduced[first_part[c] : first_part[c + 1]] for c in chunks]
+    counts = np.diff(both.deps_ptr)
+    counts[first_hops] = parts[chunks]
+    return replace(
+        both,
+        deps_ptr=np.concatenate(([0], np.cumsum(counts))),
+        deps=np.insert(
+            both.deps, np.repeat(both.deps_ptr[first_hops], parts[chunks]), np.concatenate(waits)
+        ),
     )
 
 
