@@ -17,11 +17,11 @@ import tacos
 from tacos.collective import Collective, CollectiveKind
 from tacos.linkmodel import CostModel
 from tacos.schedule import Op, Schedule
+from tacos.synthesizer.message_routes import MessageRoutes
 from tacos.synthesizer.ownership import collective_owners
 from tacos.synthesizer.trees import (
     TreeLayout,
     _Plan,
-    _Routes,
     tree_collective,
     tree_layouts,
 )
@@ -299,7 +299,7 @@ def test_regrown_trees_lighten_the_busiest_link_of_a_heterogeneous_mesh():
     faster: 1.22 -> 1.18x the throughput bound."""
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 16)
-    routes = _Routes(topology, spec.chunk_bytes)
+    routes = MessageRoutes(topology, spec.chunk_bytes)
     plan = _Plan(routes, (tuple(topology.npus),), collective_owners(spec).tolist(), False)
     first, regrown = plan.rounds
     assert regrown.busiest_us <= 0.9 * first.busiest_us

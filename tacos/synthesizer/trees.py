@@ -121,7 +121,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -139,6 +139,7 @@ from tacos.synthesizer.list_scheduling import (
     settled,
     with_times,
 )
+from tacos.synthesizer.message_routes import MessageRoutes, Reach, Route
 from tacos.synthesizer.ownership import collective_owners
 from tacos.synthesizer.timing import played_backwards
 from tacos.topology import Topology
@@ -214,10 +215,6 @@ POLISHED_ABOVE_BUSIEST = 1.03
 polished: one within 3% of it has little left to gain (the meshes at 16 chunks per NPU,
 1.00-1.03, gained nothing and took 1.3 s more; hetero 8x4's spanning trees, 1.04,
 gained 1%)."""
-Route = tuple[int, ...]
-"""The links one message crosses from an NPU to an NPU, through switches only."""
-Reach = tuple[float, Route]
-"""How an NPU reaches another in one message: microseconds for a chunk, and the route."""
 
 
 class TreeLayout(NamedTuple):
@@ -261,7 +258,7 @@ def tree_layouts(
     if reduces and not topology.num_switches and len(in_bandwidth) > 1:
         whole = (tuple(sorted(spec.ranks)),)
         layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
-    routes = _Routes(topology, spec.chunk_bytes)
+    routes = MessageRoutes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
     direct = _direct(topology, spec.ranks)
     for groups in (servers, _leaves(routes, servers)):
@@ -328,7 +325,7 @@ def _straight(layout: TreeLayout) -> bool:
     return all(len(group) == 1 for group in layout.groups)
 
 
-def _leaves(routes: _Routes, servers: list[list[int]] | None) -> list[list[int]] | None:
+def _leaves(routes: MessageRoutes, servers: list[list[int]] | None) -> list[list[int]] | None:
     """The servers joined where their first NPUs reach each other fastest of any two
     (under one leaf switch, where others are a spine further), in server order; None
     unless that makes fewer groups of equal size.
@@ -400,7 +397,7 @@ def tree_collective(
         return improved(topology, mirrored, spec.chunk_bytes) or mirrored
     owners = collective_owners(spec).tolist()
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
-    routes = _Routes(topology, spec.chunk_bytes)
+    routes = MessageRoutes(topology, spec.chunk_bytes)
     plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces, layout.hub)
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
@@ -612,158 +609,6 @@ def _launch_order(owners: Sequence[int], rng: random.Random) -> list[int]:
     return launch
 
 
-class _Routes:
-    """One-message routes between NPUs: a direct link, or a path through switches only
-    (fewest microseconds for one chunk, then fewest hops)."""
-
-    def __init__(self, topology: Topology, chunk_bytes: int) -> None:
-        self.topology = topology
-        self.link_us = topology.link_times_us(chunk_bytes)
-        self._from: dict[int, dict[int, Reach]] = {}
-        self._into: dict[tuple[int, frozenset[int]], list[tuple[int, Reach]]] = {}
-        self._out_of: dict[tuple[int, frozenset[int]], list[tuple[int, Reach]]] = {}
-        self._fastest_into: dict[int, dict[int, list[int]]] = {}
-        self._arrival: dict[int, dict[int, tuple[float, int]]] = {}
-        self._on_fastest: dict[tuple[int, int], list[tuple[int, int, int, float]]] = {}
-        self.longest_hops = 1
-
-    def from_npu(self, source: int) -> dict[int, Reach]:
-        """Every NPU one message from ``source`` reaches: its time and route."""
-        found = self._from.get(source)
-        if found is None:
-            found = self._from[source] = self._search(source)
-            self.longest_hops = max([self.longest_hops, *(len(r) for _, r in found.values())])
-        return found
-
-    def connect(self, groups: Sequence[Sequence[int]]) -> bool:
-        """Whether messages inside each group join all its NPUs both ways, and NPUs at one
-        place of different groups reach each other in one message."""
-        for group in groups:
-            from_first, to_first = self.distances(group[0], frozenset(group))
-            if len(from_first) != len(group) or len(to_first) != len(group):
-                return False
-        return all(
-            peer in self.from_npu(npu)
-            for place in zip(*groups, strict=True)
-            for npu in place
-            for peer in place
-            if peer != npu
-        )
-
-    def distances(
-        self, root: int, members: frozenset[int]
-    ) -> tuple[dict[int, float], dict[int, float]]:
-        """Microseconds from ``root`` to each member, and from each member to ``root``, by
-        messages between members."""
-        return (
-            _nearest(root, lambda npu: [(b, us) for b, (us, _) in self.into(npu, members)]),
-            _nearest(root, lambda npu: [(a, us) for a, (us, _) in self.out_of(npu, members)]),
-        )
-
-    def into(self, source: int, members: frozenset[int]) -> list[tuple[int, Reach]]:
-        """The members one message from ``source`` reaches (sorted)."""
-        key = (source, members)
-        if key not in self._into:
-            found = self.from_npu(source)
-            self._into[key] = sorted((b, found[b]) for b in found if b in members)
-        return self._into[key]
-
-    def out_of(self, target: int, members: frozenset[int]) -> list[tuple[int, Reach]]:
-        """The members that reach ``target`` in one message (sorted)."""
-        key = (target, members)
-        if key not in self._out_of:
-            self._out_of[key] = [(a, self.from_npu(a)[target]) for a in sorted(members)
-                                 if target in self.from_npu(a)]  # fmt: skip
-        return self._out_of[key]
-
-    def cheapest(self, route: Route, load_us: Sequence[float]) -> tuple[float, Route]:
-        """Of the fastest routes between ``route``'s ends, the one whose links have the
-        least ``load_us`` booked plus their own time, and that sum: parallel links and the
-        switches of a fat tree's other planes are taken in turn, not one path for every
-        message."""
-        links = self.topology.links
-        source, target = links[route[0]].src, links[route[-1]].dst
-        steps = self._fastest_steps(source, target)
-        if len(steps) == len(route):  # the only fastest route
-            return sum(load_us[link] + self.link_us[link] for link in route), route
-        best: dict[int, tuple[float, Route]] = {source: (0.0, ())}
-        for link, start, end, link_us in steps:
-            cost, so_far = best[start]
-            option = (cost + load_us[link] + link_us, (*so_far, link))
-            if end not in best or option < best[end]:
-                best[end] = option
-        return best[target]
-
-    def _fastest_steps(self, source: int, target: int) -> list[tuple[int, int, int, float]]:
-        """The links on fastest routes from ``source`` to ``target`` (with their ends and
-        time), each after the links into its start."""
-        key = (source, target)
-        if key not in self._on_fastest:
-            self.from_npu(source)
-            into, links = self._fastest_into[source], self.topology.links
-            found, waiting = set(), [target]
-            while waiting:
-                node = waiting.pop()
-                for link in into.get(node, ()):
-                    if link not in found:
-                        found.add(link)
-                        waiting.append(links[link].src)
-            arrival = self._arrival[source]
-            self._on_fastest[key] = [
-                (i, links[i].src, links[i].dst, self.link_us[i])
-                for i in sorted(found, key=lambda i: (arrival[links[i].dst], i))
-            ]
-        return self._on_fastest[key]
-
-    def _search(self, source: int) -> dict[int, Reach]:
-        topology, best = self.topology, {source: (0.0, 0)}
-        via: dict[int, list[int]] = {}
-        heap = [(0.0, 0, source)]
-        while heap:
-            elapsed, hops, node = heapq.heappop(heap)
-            if (elapsed, hops) > best[node] or (node != source and not topology.is_switch(node)):
-                continue
-            for link_id in topology.out_links[node]:
-                nxt = topology.links[link_id].dst
-                key = (elapsed + self.link_us[link_id], hops + 1)
-                if nxt in best and _same(key, best[nxt]):
-                    via[nxt].append(link_id)
-                elif nxt not in best or key < best[nxt]:
-                    best[nxt], via[nxt] = key, [link_id]
-                    heapq.heappush(heap, (*key, nxt))
-        self._fastest_into[source] = via
-        self._arrival[source] = best
-        found: dict[int, Reach] = {}
-        for target in best:
-            if target == source or topology.is_switch(target):
-                continue
-            route, node = [], target
-            while node != source:
-                route.append(via[node][0])
-                node = topology.links[via[node][0]].src
-            found[target] = (best[target][0], tuple(reversed(route)))
-        return found
-
-
-def _same(key: tuple[float, int], other: tuple[float, int]) -> bool:
-    """Whether two (microseconds, hops) keys are one, up to the sums' rounding."""
-    return key[1] == other[1] and abs(key[0] - other[0]) <= 1e-9 * max(1.0, key[0])
-
-
-def _nearest(root: int, neighbours: Callable[[int], list[tuple[int, float]]]) -> dict[int, float]:
-    """Microseconds from ``root`` to every node ``neighbours`` leads to (Dijkstra)."""
-    distance, heap = {root: 0.0}, [(0.0, root)]
-    while heap:
-        elapsed, node = heapq.heappop(heap)
-        if elapsed > distance[node]:
-            continue
-        for other, us in neighbours(node):
-            if elapsed + us < distance.get(other, float("inf")):
-                distance[other] = elapsed + us
-                heapq.heappush(heap, (elapsed + us, other))
-    return distance
-
-
 REDUCING, EXCHANGING, BROADCASTING = 0, 1, 2
 """A transfer's phase, for the first passes' priorities."""
 
@@ -820,7 +665,7 @@ class _Plan:
 
     def __init__(
         self,
-        routes: _Routes,
+        routes: MessageRoutes,
         groups: Sequence[Sequence[int]],
         owners: Sequence[int],
         spanning: bool,
@@ -999,7 +844,7 @@ class _Plan:
     def _distances(
         self, root: int, inside: frozenset[int]
     ) -> tuple[dict[int, float], dict[int, float]]:
-        """:meth:`_Routes.distances` inside ``root``'s group, computed once per root."""
+        """:meth:`MessageRoutes.distances` inside ``root``'s group, computed once per root."""
         if root not in self._distance_of:
             self._distance_of[root] = self.routes.distances(root, inside)
         return self._distance_of[root]
