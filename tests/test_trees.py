@@ -140,7 +140,7 @@ def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_
     All-Reduce sends them twice without a pause between, faster than either ring."""
     fat_tree = from_spec("fat-tree:4")
     spec = Collective(AG, tuple(fat_tree.npus), 4, 2**20)
-    direct = TreeLayout(tuple((host,) for host in fat_tree.npus))
+    direct = TreeLayout(tuple((host,) for host in fat_tree.npus), rotating=True)
     for kind in (AG, RS):
         assert direct in tree_layouts(fat_tree, [replace_kind(spec, kind)], None)
     assert direct._replace(joined=True) in tree_layouts(fat_tree, [replace_kind(spec, AR)], None)
@@ -162,14 +162,16 @@ def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_
     assert times_us[AR] < 2 * times_us[AG]
 
 
+@pytest.mark.parametrize("rotating", [False, True])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(host_fabrics(), st.integers(1, 3), st.integers(0, 2**16))
 def test_straight_from_each_owner_all_three_verify_and_reduce_scatter_sends_the_same_messages(
-    topology, chunks, seed
+    rotating, topology, chunks, seed
 ):
-    """Hosts behind one cable each into any fabric: the All-Gather, the Reduce-Scatter that
-    sends its messages with the chunks renamed, and the All-Reduce that sends both."""
-    direct = TreeLayout(tuple((host,) for host in topology.npus))
+    """Hosts behind one cable each into any fabric: the All-Gather (list-scheduled, or as a
+    rotation), the Reduce-Scatter that sends its messages with the chunks renamed, and the
+    All-Reduce that sends both."""
+    direct = TreeLayout(tuple((host,) for host in topology.npus), rotating=rotating)
     built = {}
     for kind in (AG, RS, AR):
         spec = Collective(kind, tuple(topology.npus), chunks, 2**20)
