@@ -309,16 +309,18 @@ def _direct(topology: Topology, ranks: Sequence[int]) -> bool:
     time is when each host's one link is busy. On fat-tree:4 at four chunks per host the
     greedy, relaying through edge neighbours first, left every host's link idle for
     about five chunk times early on (1.098 of the best bound, the ring 1.066); direct,
-    list-scheduled, 1.066 like the ring (1.176 against 1.235 at one chunk); fat-tree:8
-    1.024 -> 1.008 at four chunks, 1.055 -> 1.031 at one. Where the fabric is thinner
-    than the hosts' links it loses and is not kept: on ns-3's 128-node tree its busiest
-    link alone outlasts the greedy, so it is not even scheduled (:func:`tree_collective`'s
-    ``within_us``); htsim's 8 hosts, whose core links are half as fast, 1.274 against
-    the greedy's 1.096. Reduce-Scatter and All-Reduce send its messages
-    (:func:`tree_collective`). There an All-Reduce is joined straight only: on fat-tree:8
-    the servers' (hosts under one edge switch) and leaves' joined plans were slower
-    (at one chunk per host 5568.7 and 5628.8 us against 5288.3, at four 20832.5 and
-    20952.7 against 20451.9) and took 30 of the 40 seconds."""
+    list-scheduled or as a rotation (:mod:`.rotation`, where the hosts' links are
+    alike), 1.066 like the ring (1.176 against 1.235 at one chunk); fat-tree:8 1.024 ->
+    1.008 at four chunks, 1.055 -> 1.031 at one, and at sixteen the ring's time, as a
+    rotation only. Where the fabric is thinner than the hosts' links it loses and is not
+    kept: on ns-3's 128-node tree its busiest link alone outlasts the greedy, so it is
+    not even scheduled (:func:`tree_collective`'s ``within_us``); htsim's 8 hosts, whose
+    core links are half as fast, 1.363 as a rotation against the greedy's 1.096.
+    Reduce-Scatter and All-Reduce send its messages (:func:`tree_collective`). There an
+    All-Reduce is joined straight only: on fat-tree:8 the servers' (hosts under one edge
+    switch) and leaves' joined plans were slower (at one chunk per host 5568.7 and 5628.8
+    us against 5288.3, at four 20832.5 and 20952.7 against 20451.9) and took 30 of the 40
+    seconds."""
     return all(
         len(topology.out_links[rank]) == len(topology.in_links[rank]) == 1
         and topology.is_switch(topology.links[topology.out_links[rank][0]].dst)
