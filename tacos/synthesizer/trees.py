@@ -229,8 +229,13 @@ transfers at most 300,000): forward-backward rounds stop in a local optimum, and
 noise leaves it. The best bound over, nearer parents before -> after: mesh2d:8x8 at one
 chunk per NPU 1.222 -> 1.178, mesh3d:4x4x4 1.300 -> 1.267, hetero 4x4 at four chunks
 1.174 -> 1.135 and at sixteen 1.081 -> 1.071, hetero 8x4 at four 1.197 -> 1.167;
-dgx:6x4 through a hub at one chunk per GPU 1.226 -> 1.177. About 1 s per 10,000
-transfers of plan."""
+dgx:6x4 through a hub at one chunk per GPU 1.226 -> 1.177, rails over two leaves 1.369
+-> 1.346. About 1 s per 10,000 transfers of plan."""
+MAX_PERTURBED_TRANSFERS = 40_000
+"""Larger plans are not perturbed: every gain measured was on plans of at most 32,256
+transfers (mesh2d:8x8 at four chunks per NPU, 1.164 -> 1.155), and the cluster plans
+above (rails over two leaves at four chunks per GPU, about 75,000; dgx:16x8 at one)
+gained nothing for 5-11 s more."""
 POLISHED_ABOVE_BUSIEST = 1.03
 """Only schedules ending later than this times their busiest link's booked time are
 polished: one within 3% of it has little left to gain (the meshes at 16 chunks per NPU,
@@ -583,6 +588,8 @@ def _timed(
     if best.finish_us > POLISHED_ABOVE_BUSIEST * trees.busiest_us:
         best = refined(timeline, best, POLISHING_ROUNDS, POLISHED_AFTER_IDLE_ROUNDS)
         restarts = min(PERTURBED_RESTARTS, PERTURBED_TRANSFER_RESTARTS // len(planned))
+        if len(planned) > MAX_PERTURBED_TRANSFERS:
+            restarts = 0
         typical_us = float(np.median(timeline.lasts_us))
         searched = perturbed(timeline, best, restarts, typical_us, noise)
         fastest = [best] if searched is best else [searched, best]
