@@ -65,44 +65,54 @@ def rotation(
     link); None when its busiest link is busy for ``within_us`` or longer (it cannot
     finish sooner). ``spec``'s ranks must each be a host behind one link."""
     ranks = sorted(spec.ranks)
-    count, per_rank = len(ranks), spec.chunks_per_rank
     by_shift = _shift_routes(MessageRoutes(topology, spec.chunk_bytes), ranks)
-    hops = np.array([[len(route) for route in routes] for routes in by_shift], np.int64)
-    padded = np.zeros((*hops.shape, int(hops.max())), np.int64)
-    for s, routes in enumerate(by_shift):
-        for h, route in enumerate(routes):
-            padded[s, h, : len(route)] = route
     busy_us = np.asarray(topology.link_busy_times_us(spec.chunk_bytes))
     taken = np.concatenate([np.asarray(route, np.int64) for routes in by_shift for route in routes])
-    load_us = np.bincount(taken, minlength=len(busy_us)) * per_rank * busy_us
+    load_us = np.bincount(taken, minlength=len(busy_us)) * spec.chunks_per_rank * busy_us
     if float(load_us.max()) >= within_us:
         return None
+    table = _in_slots(topology, spec, ranks, by_shift)
+    start, end = replayed(table, topology, spec.chunk_bytes)
+    return with_times(table, start, end)
+
+
+def _in_slots(
+    topology: Topology, spec: Collective, ranks: list[int], by_shift: list[list[Route]]
+) -> TransferTable:
+    """Every message hop by hop, each hop waiting for the one before, recorded at its slot
+    (the replay orders each host's link by it): chunk after chunk, for each the shifts
+    nearest first, in each slot every host once."""
+    count, per_rank = len(ranks), spec.chunks_per_rank
+    hops = np.array([[len(route) for route in routes] for routes in by_shift], np.int64)
+    padded = np.zeros((*hops.shape, int(hops.max())), np.int64)  # [shift, host, hop] -> link
+    for shift, routes in enumerate(by_shift):
+        for host, route in enumerate(routes):
+            padded[shift, host, : len(route)] = route
     nearest_first = np.argsort(hops.sum(axis=1), kind="stable")
     slots = per_rank * (count - 1)
-    shift = np.repeat(np.tile(nearest_first, per_rank), count)
-    host = np.tile(np.arange(count), slots)
-    place = np.repeat(np.arange(per_rank), (count - 1) * count)  # the host's j-th chunk
-    message_hops = hops[shift, host]
-    message = np.repeat(np.arange(len(shift)), message_hops)
+    shift_of = np.repeat(np.tile(nearest_first, per_rank), count)  # per message
+    host_of = np.tile(np.arange(count), slots)
+    place_of = np.repeat(np.arange(per_rank), (count - 1) * count)  # the host's j-th chunk
+    slot_of = np.arange(len(shift_of)) // count
+    message_hops = hops[shift_of, host_of]
+    message = np.repeat(np.arange(len(shift_of)), message_hops)  # per transfer
     hop = np.arange(len(message)) - np.repeat(np.cumsum(message_hops) - message_hops, message_hops)
-    link = padded[shift[message], host[message], hop]
+    link = padded[shift_of[message], host_of[message], hop]
     first_chunk = np.array([spec.ranks.index(rank) * per_rank for rank in ranks], np.int64)
-    slot = (np.arange(len(shift)) // count).astype(np.float64)
+    recorded = slot_of[message].astype(np.float64)
     relayed = hop > 0
     link_src, link_dst = link_endpoints(topology)
-    table = TransferTable(
-        chunk=first_chunk[host[message]] + place[message],
+    return TransferTable(
+        chunk=first_chunk[host_of[message]] + place_of[message],
         src=link_src[link],
         dst=link_dst[link],
         link=link,
-        start=slot[message],
-        end=slot[message],
+        start=recorded,
+        end=recorded.copy(),
         op=np.full(len(link), OP_CODES.index(Op.COPY), np.uint8),
         deps_ptr=np.concatenate(([0], np.cumsum(relayed))).astype(np.int64),
         deps=np.flatnonzero(relayed) - 1,
     )
-    start, end = replayed(table, topology, spec.chunk_bytes)
-    return with_times(table, start, end)
 
 
 def _shift_routes(routes: MessageRoutes, ranks: list[int]) -> list[list[Route]]:
