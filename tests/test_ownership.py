@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
-from tacos.synthesizer.ownership import level_shares, owner_layouts, reduction_owners
+from tacos.synthesizer.ownership import (
+    collective_owners,
+    level_shares,
+    owned_chunks,
+    owner_layouts,
+    reduction_owners,
+)
 from tacos.topology import from_spec
 
 bandwidths = st.lists(st.sampled_from([1.0, 2.0, 3.0, 4.0, 12.5, 50.0]), min_size=2, max_size=12)
@@ -57,3 +64,13 @@ def test_both_layouts_are_tried_only_where_they_differ():
     spec, mesh = layouts("mesh2d:4x4")
     assert len(mesh) == 2 and mesh[0] != mesh[1]
     assert mesh[1] == [[spec.owner(chunk) for chunk in range(spec.num_chunks)]]
+
+
+@given(st.permutations(range(6)), st.integers(1, 4))
+def test_owned_chunks_names_each_ranks_chunks_as_the_collective_lays_them_out(ranks, per_rank):
+    spec = Collective(CollectiveKind.ALL_GATHER, tuple(ranks), per_rank, 2**20)
+    owners = collective_owners(spec)
+    for rank in ranks:
+        places = np.arange(per_rank)
+        chunks = owned_chunks(spec, np.full(per_rank, rank), places)
+        assert chunks.tolist() == np.flatnonzero(owners == rank).tolist()

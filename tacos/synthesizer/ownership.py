@@ -53,6 +53,14 @@ def collective_owners(spec: Collective) -> np.ndarray:
     return np.repeat(np.asarray(spec.ranks, np.int64), spec.chunks_per_rank)
 
 
+def owned_chunks(spec: Collective, ranks: np.ndarray, places: np.ndarray) -> np.ndarray:
+    """The ``places[i]``-th chunk ``ranks[i]`` owns as the collective lays chunks out
+    (:func:`collective_owners`: each rank's ``chunks_per_rank`` chunks, in rank order)."""
+    order = np.argsort(spec.ranks, kind="stable")
+    position = order[np.searchsorted(np.asarray(spec.ranks)[order], ranks)]
+    return position * spec.chunks_per_rank + places
+
+
 def owner_layouts(topology: Topology, specs: Sequence[Collective]) -> list[list[np.ndarray]]:
     """The layouts worth synthesizing, each the owners of every spec's chunks: levelled
     first, the collective's own layout too where it differs.

@@ -42,6 +42,7 @@ from tacos.schedule import Op
 from tacos.synthesizer.arrays import link_endpoints
 from tacos.synthesizer.list_scheduling import replayed, with_times
 from tacos.synthesizer.message_routes import MessageRoutes, Route
+from tacos.synthesizer.ownership import owned_chunks
 from tacos.topology import Topology
 from tacos.transfers import OP_CODES, TransferTable
 
@@ -98,12 +99,11 @@ def _in_slots(
     message = np.repeat(np.arange(len(shift_of)), message_hops)  # per transfer
     hop = np.arange(len(message)) - np.repeat(np.cumsum(message_hops) - message_hops, message_hops)
     link = padded[shift_of[message], host_of[message], hop]
-    first_chunk = np.array([spec.ranks.index(rank) * per_rank for rank in ranks], np.int64)
     recorded = slot_of[message].astype(np.float64)
     relayed = hop > 0
     link_src, link_dst = link_endpoints(topology)
     return TransferTable(
-        chunk=first_chunk[host_of[message]] + place_of[message],
+        chunk=owned_chunks(spec, np.asarray(ranks)[host_of[message]], place_of[message]),
         src=link_src[link],
         dst=link_dst[link],
         link=link,
