@@ -40,8 +40,11 @@ What ``K`` and the starting ranks are, per collective:
   part, so ``r_e`` is the time from that one rank (a mesh corner cannot hold
   any result before the opposite corner's data has crossed the mesh, and
   then takes in a chunk at a time: mesh2d:8x8 with one chunk per NPU, 45
-  chunk times where the link capacity gives 36). Leaving, it starts from the
-  ranks inside.
+  chunk times where the link capacity gives 36). That rank's part must reach
+  every rank of ``X``, so the last transfers in are spread as an All-Gather's
+  are (an MI250-like pair of servers: one xGMI hop more, which TACOS's
+  All-Reduce then meets exactly at 1, 4 and 16 chunks per GCD). Leaving, it
+  starts from the ranks inside.
 
 Which sets: the components of the links at least as fast as each bandwidth of
 the topology but the slowest (a server's NVLink domain, a server with its
@@ -79,7 +82,7 @@ MAX_SETS = 64
 _Item = TypeVar("_Item")
 
 MAX_SPREAD_RANKS = 16
-"""All-Gather: sets of at most this many ranks (a server) count the spread inside them."""
+"""Sets of at most this many ranks (a server) count the spread inside them."""
 MAX_LEVELS = 8
 """All-Gather: at most this many distances from a set to count the farther ranks' chunks at."""
 
@@ -103,15 +106,17 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         to_inside = timed.backward.from_nodes(np.flatnonzero(ranks & inside))
         into = ~inside[src] & inside[dst]
         candidates = np.flatnonzero(outside_ranks)
+        inside_ranks, spread_us = _spread_inside(topology, timed, ranks, inside)
         if kind is CollectiveKind.ALL_REDUCE:
             farthest = int(candidates[np.argmax(to_inside[candidates])])
             ready = timed.forward.from_nodes([farthest])[src[into]]
             first = _first_arrivals(timed, into, ready, to_inside)
-            return earliest_to_move(first, timed.busy[into], collective.num_chunks)
+            return earliest_to_spread(
+                first, timed.busy[into], collective.num_chunks, inside_ranks, spread_us
+            )
         # All-Gather: the chunks of the ranks at least some distance away, counted from
         # the nearest of those ranks, for a few such distances (farthest first); each
         # must then reach every rank inside.
-        inside_ranks, spread_us = _spread_inside(topology, timed, ranks, inside)
         bound = 0.0
         for distance in _spread_levels(to_inside[candidates]):
             far = candidates[to_inside[candidates] >= distance]

@@ -69,6 +69,21 @@ def test_the_last_chunks_into_a_server_must_still_spread_in_it(monkeypatch):
     assert spread == pytest.approx(latency_cut_bound_us(topo, spec) + xgmi_us)
 
 
+def test_an_all_reduce_must_spread_the_last_results_into_a_server_too(monkeypatch):
+    # The same MI250-like pair, All-Reduce: every chunk needs the far server's data at
+    # each GCD, and what comes in over a NIC reaches one GCD; the last of it needs one
+    # xGMI hop more. TACOS takes exactly that long at 1, 4 and 16 chunks per GCD.
+    topo = tacos.load_topology("xgmi:2x8,xgmi=50,nic=25")
+    xgmi_us = 2**20 / (50 * 2**30) * 1e6 + 0.5
+    for chunks in (1, 4, 16):
+        spec = Collective(AR, tuple(topo.npus), chunks, 2**20)
+        spread = latency_cut_bound_us(topo, spec)
+        assert tacos.synthesize(topo, spec).collective_time_us == pytest.approx(spread)
+        with monkeypatch.context() as patched:
+            patched.setattr(latency_cuts, "MAX_SPREAD_RANKS", 0)
+            assert spread == pytest.approx(latency_cut_bound_us(topo, spec) + xgmi_us)
+
+
 def test_an_all_reduce_waits_for_the_farthest_data_at_every_rank():
     # mesh2d:8x8, one chunk per NPU: a corner needs, for each of the 64 chunks, a
     # transfer carrying the opposite corner's part, which is 13 links away from the
