@@ -77,7 +77,9 @@ from tacos.synthesizer.apart import replayed_together
 from tacos.synthesizer.attempts import (
     Attempt,
     fastest_attempt,
+    fastest_restart,
     finish_us,
+    greedy_restarts,
     near_fractions,
     own_first_choices,
 )
@@ -494,9 +496,9 @@ def fastest_greedy(
     engine: Engine,
     on_delivery: Callable[[int], None] | None = None,
 ) -> tuple[Sequence[Transfer], bool]:
-    """The greedy's fastest attempt (:mod:`.attempts`) on ``engine`` ("fast" or
-    "reference"), its links reordered when that is faster (module docs), and whether
-    they were. Only the first attempt reports deliveries."""
+    """The greedy's fastest attempt and restart (:mod:`.attempts`) on ``engine`` ("fast"
+    or "reference"), its links reordered when that is faster (module docs), and whether
+    they were. Only the first attempt of the first run reports deliveries."""
 
     def build(attempt: Attempt, reports: bool) -> Sequence[Transfer]:
         delivery = on_delivery if reports else None
@@ -520,10 +522,21 @@ def fastest_greedy(
         faster = improved(topology, built, tenants.chunk_bytes) if reorders else None
         return (built, False) if faster is None else (faster, True)
 
-    fractions = near_fractions(topology, _deliveries(topology, tenants))
+    deliveries = _deliveries(topology, tenants)
+    fractions = near_fractions(topology, deliveries)
+    restarts = greedy_restarts(topology, deliveries)
     if policy != "rarest":
-        fractions = fractions[:1]
-    return fastest_attempt(fractions, rng, at_nearness, lambda built: finish_us(built[0]))
+        fractions, restarts = fractions[:1], 1
+
+    def fastest_near(reports: bool) -> tuple[Sequence[Transfer], bool]:
+        return fastest_attempt(
+            fractions,
+            rng,
+            lambda near, first: at_nearness(near, reports and first),
+            lambda built: finish_us(built[0]),
+        )
+
+    return fastest_restart(restarts, rng, fastest_near, lambda built: finish_us(built[0]))
 
 
 def _choose_engine(engine: str, topology: Topology, tenants: Tenants) -> Engine:
