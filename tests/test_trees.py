@@ -165,6 +165,26 @@ def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_
     assert times_us[AR] < 2 * times_us[AG]
 
 
+@pytest.mark.parametrize("npus", [5, 8, 16])
+def test_a_fully_connected_network_sends_straight_from_each_owner_at_its_bound(npus):
+    """Every NPU has a link to every other: each link carries its sender's chunks only.
+    The greedy alone took 1.5x the bound at two chunks per NPU on 8 and 16 NPUs."""
+    network = from_spec(f"fully-connected:{npus}")
+    straight = TreeLayout(tuple((npu,) for npu in network.npus))
+    for kind in (AG, RS, AR):
+        for chunks in (2, 3):
+            spec = Collective(kind, tuple(network.npus), chunks, 2**20)
+            assert straight._replace(joined=kind is AR) in tree_layouts(network, [spec], None)
+            ours = tacos.synthesize(network, spec)
+            assert tacos.verify(ours).ok
+            assert tacos.simulate(ours).collective_time_us == ours.collective_time_us
+            assert ours.collective_time_us == pytest.approx(
+                tacos.lower_bounds(network, spec).best_us
+            )
+    ring = from_spec("ring:6")  # a neighbour's link only: not straight
+    assert all(len(layout.groups) < 6 for layout in tree_layouts(ring, [_all_gather(ring)], None))
+
+
 @pytest.mark.parametrize("rotating", [False, True])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(host_fabrics(), st.integers(1, 3), st.integers(0, 2**16))
