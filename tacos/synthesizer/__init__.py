@@ -67,6 +67,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tacos.bounds import lower_bounds
 from tacos.classic import ALGORITHMS as CLASSIC_ALGORITHMS
 from tacos.classic import MAX_TRANSFERS, NEXT_TO_FAST_ENGINE, classic_schedule, compete
 from tacos.collective import Collective, CollectiveKind
@@ -536,7 +537,11 @@ def fastest_greedy(
             lambda built: finish_us(built[0]),
         )
 
-    return fastest_restart(restarts, rng, fastest_near, lambda built: finish_us(built[0]))
+    # Restarts stop at the bound: a single collective's, where there are restarts at all.
+    bound_us = 0.0
+    if restarts > 1 and len(tenants.specs) == 1:
+        bound_us = lower_bounds(topology, tenants.specs[0]).best_us
+    return fastest_restart(restarts, rng, fastest_near, lambda built: finish_us(built[0]), bound_us)
 
 
 def _choose_engine(engine: str, topology: Topology, tenants: Tenants) -> Engine:
