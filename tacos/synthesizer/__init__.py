@@ -529,19 +529,19 @@ def fastest_greedy(
     if policy != "rarest":
         fractions, restarts = fractions[:1], 1
 
+    def finish(built: tuple[Sequence[Transfer], bool]) -> float:
+        return finish_us(built[0])
+
     def fastest_near(reports: bool) -> tuple[Sequence[Transfer], bool]:
         return fastest_attempt(
-            fractions,
-            rng,
-            lambda near, first: at_nearness(near, reports and first),
-            lambda built: finish_us(built[0]),
+            fractions, rng, lambda near, first: at_nearness(near, reports and first), finish
         )
 
     # Restarts stop at the bound: a single collective's, where there are restarts at all.
     bound_us = 0.0
     if restarts > 1 and len(tenants.specs) == 1:
         bound_us = lower_bounds(topology, tenants.specs[0]).best_us
-    return fastest_restart(restarts, rng, fastest_near, lambda built: finish_us(built[0]), bound_us)
+    return fastest_restart(restarts, rng, fastest_near, finish, bound_us)
 
 
 def _choose_engine(engine: str, topology: Topology, tenants: Tenants) -> Engine:

@@ -98,9 +98,11 @@ def fastest_attempt(
     rng: random.Random,
     build: Callable[[Choice, bool], Built],
     finish_us: Callable[[Built], float],
+    bound_us: float = 0.0,
 ) -> Built:
     """``build(choice, reports_progress)`` for every choice, each from the same random
-    state and only the first reporting progress; the first of the fastest."""
+    state and only the first reporting progress, stopping once one finishes within
+    ``bound_us`` (a lower bound: nothing can be faster); the first of the fastest."""
     state = rng.getstate()
     best: Built | None = None
     best_us = math.inf
@@ -109,6 +111,8 @@ def fastest_attempt(
         built = build(choice, attempt == 0)
         if finish_us(built) < best_us:
             best, best_us = built, finish_us(built)
+        if best_us <= bound_us * (1 + 1e-9):
+            break
     assert best is not None, "there is at least one choice"
     return best
 
@@ -130,25 +134,19 @@ def fastest_restart(
     finish_us: Callable[[Built], float],
     bound_us: float = 0.0,
 ) -> Built:
-    """``build(reports_progress)`` up to ``restarts`` times, the first from ``rng`` as it
-    is (reporting progress), each other from ``rng`` reseeded by a number drawn from that
-    same state plus the restart's index, stopping once one finishes within ``bound_us``
-    (a lower bound: nothing can be faster); the first of the fastest."""
+    """:func:`fastest_attempt` over ``restarts`` runs of ``build(reports_progress)``: the
+    first from ``rng`` as it is, each other from ``rng`` reseeded by a number drawn from
+    that same state plus the restart's index."""
     drawn = random.Random()
     drawn.setstate(rng.getstate())
     first_seed = drawn.getrandbits(64)
-    best: Built | None = None
-    best_us = math.inf
-    for restart in range(restarts):
+
+    def run(restart: int, reports: bool) -> Built:
         if restart:
             rng.seed(first_seed + restart)
-        built = build(restart == 0)
-        if finish_us(built) < best_us:
-            best, best_us = built, finish_us(built)
-        if best_us <= bound_us * (1 + 1e-9):
-            break
-    assert best is not None, "there is at least one run"
-    return best
+        return build(reports)
+
+    return fastest_attempt(range(restarts), rng, run, finish_us, bound_us)
 
 
 def finish_us(transfers: Sequence[Transfer]) -> float:
