@@ -214,6 +214,30 @@ def test_restarts_of_the_greedy_may_only_gain(monkeypatch):
         assert faster or list(restarted.transfers) == list(once.transfers)
 
 
+@pytest.mark.parametrize(
+    "kind",
+    [CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE],
+)
+def test_a_restart_matching_links_fewest_first_reaches_the_bound_on_a_small_torus(
+    kind, monkeypatch
+):
+    """torus2d:3x3 at one chunk per NPU: each NPU's four neighbours can each bring two of
+    the chunks it lacks, so links matched in a shuffled order may take each other's
+    only chunk and the All-Gather takes three chunk times (1.5 of the bound; the
+    All-Reduce 1.25) at every seed; a restart matching them fewest sendable chunks first
+    takes two."""
+    torus = tacos.from_spec("torus2d:3x3")
+    spec = Collective(kind, tuple(torus.npus), 1, 2**20)
+    bound_us = tacos.lower_bounds(torus, spec).best_us
+    for seed in range(3):
+        schedule = tacos.synthesize(torus, spec, seed=seed, algorithm="tacos")
+        assert tacos.verify(schedule).ok
+        assert schedule.collective_time_us == pytest.approx(bound_us)
+    monkeypatch.setattr(attempts, "FEWEST_FIRST_RUNS", 0)
+    shuffled = tacos.synthesize(torus, spec, algorithm="tacos")
+    assert shuffled.collective_time_us >= 1.2 * bound_us
+
+
 def test_all_reduce_trees_on_a_heterogeneous_mesh_beat_the_hierarchical_ring():
     """At one chunk per NPU the chains decide the time: scheduled chunk by chunk or phase
     by phase, the trees held corner-owned chunks behind others (177.9 us, the ring

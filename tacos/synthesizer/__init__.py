@@ -83,6 +83,7 @@ from tacos.synthesizer.attempts import (
     greedy_restarts,
     near_fractions,
     own_first_choices,
+    restart_runs,
 )
 from tacos.synthesizer.collectives import Settings, Tenants, synthesize_transfers
 from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupported
@@ -503,20 +504,23 @@ def fastest_greedy(
 
     def build(attempt: Attempt, reports: bool) -> Sequence[Transfer]:
         delivery = on_delivery if reports else None
-        own_first, near = attempt
         if engine == "fast":
-            fast = FastSettings(rng, policy, sends_in_flight, delivery, own_first, near)
+            fast = FastSettings(rng, policy, sends_in_flight, delivery, *attempt)
             return fast_transfers(topology, tenants, fast)
-        settings = Settings(rng, policy, sends_in_flight, delivery, own_first, near)
+        settings = Settings(rng, policy, sends_in_flight, delivery, *attempt)
         return synthesize_transfers(topology, tenants, settings)
 
     # Reordered for one tenant (a joint reorder trades one tenant's time for
     # another's) and no port limit (the list scheduler has no port model).
     reorders = policy == "rarest" and len(tenants.specs) == 1 and sends_in_flight is None
 
-    def at_nearness(near: float, reports: bool) -> tuple[Sequence[Transfer], bool]:
+    def at_nearness(
+        near: float, fewest_first: bool, reports: bool
+    ) -> tuple[Sequence[Transfer], bool]:
         """The faster own-chunks-first choice at ``near``, reordered when that is faster."""
-        choices = [Attempt(own_first, near) for own_first in own_first_choices(topology)]
+        choices = [
+            Attempt(own_first, near, fewest_first) for own_first in own_first_choices(topology)
+        ]
         built = fastest_attempt(
             choices, rng, lambda attempt, first: build(attempt, reports and first), finish_us
         )
@@ -532,16 +536,20 @@ def fastest_greedy(
     def finish(built: tuple[Sequence[Transfer], bool]) -> float:
         return finish_us(built[0])
 
-    def fastest_near(reports: bool) -> tuple[Sequence[Transfer], bool]:
+    def fastest_near(fewest_first: bool, reports: bool) -> tuple[Sequence[Transfer], bool]:
         return fastest_attempt(
-            fractions, rng, lambda near, first: at_nearness(near, reports and first), finish
+            fractions,
+            rng,
+            lambda near, first: at_nearness(near, fewest_first, reports and first),
+            finish,
         )
 
     # Restarts stop at the bound: a single collective's, where there are restarts at all.
     bound_us = 0.0
     if restarts > 1 and len(tenants.specs) == 1:
         bound_us = lower_bounds(topology, tenants.specs[0]).best_us
-    return fastest_restart(restarts, rng, fastest_near, finish, bound_us)
+    runs = restart_runs(topology, tenants.specs, restarts)
+    return fastest_restart(runs, rng, fastest_near, finish, bound_us)
 
 
 def _choose_engine(engine: str, topology: Topology, tenants: Tenants) -> Engine:

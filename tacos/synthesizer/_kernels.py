@@ -819,6 +819,22 @@ def sort_landed(landed: np.ndarray, count: int, flight_start: np.ndarray) -> Non
         landed[j + 1] = lk
 
 
+@njit(cache=True, inline="always")
+def fewest_to_front(order: np.ndarray, i: int, count: int, block_count: np.ndarray) -> None:
+    """Of the links ``order[i:count]``, move the one that may send the fewest chunks (the
+    first of them on ties) to ``i``, the others keeping their order: the reference's
+    fewest-first matching (``greedy._SpreadState.match_links``)."""
+    fewest, fewest_count = i, _sendable(block_count, order[i])
+    for j in range(i + 1, count):
+        sendable = _sendable(block_count, order[j])
+        if sendable < fewest_count:
+            fewest, fewest_count = j, sendable
+    link = order[fewest]
+    for j in range(fewest, i, -1):
+        order[j] = order[j - 1]
+    order[i] = link
+
+
 # ---------------------------------------------------------------- the event loop
 # Compiled without numba's reference counting (NRT): the loop only indexes arrays
 # its caller owns, and the counting it would do on every array handed to a
@@ -855,6 +871,7 @@ def run_spread(
     arrival_lookahead: int,
     pick_lookahead: int,
     ports: int,
+    fewest_first: bool,
     # state (kept between calls)
     holds: np.ndarray,
     taken: np.ndarray,
@@ -917,7 +934,8 @@ def run_spread(
 
     ``ports`` > 0 is the reference's ``sends_in_flight``: a node with that many
     transfers on their way (``outstanding``) sends nothing, and no link leaves
-    chunks to rivals or is overtaken.
+    chunks to rivals or is overtaken. ``fewest_first``: the candidates are matched
+    fewest sendable chunks first, not in the shuffled order (:func:`fewest_to_front`).
     """
     num_links = link_src.shape[0]
     num_sources = source_time.shape[0]
@@ -1049,6 +1067,8 @@ def run_spread(
         shuffle(order, num_candidates, mt, counters)
 
         for i in range(num_candidates):
+            if fewest_first:
+                fewest_to_front(order, i, num_candidates, block_count)
             if i + pick_lookahead < num_candidates:
                 ahead = order[i + pick_lookahead]
                 for block in range(0, block_count.shape[1], CACHE_LINE // block_count.itemsize):

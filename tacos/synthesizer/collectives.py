@@ -112,8 +112,9 @@ class Tenants:
 @dataclass(frozen=True)
 class Settings:
     """How to run the greedy: tie-breaking, chunk policy, NPU port limit, progress,
-    whether hosts with one uplink send their own chunks first, and which nodes count as
-    nearer to a receiver than a path through switches (:mod:`.attempts`)."""
+    whether hosts with one uplink send their own chunks first, which nodes count as
+    nearer to a receiver than a path through switches, and whether free links are
+    matched fewest sendable chunks first (:mod:`.attempts`)."""
 
     rng: random.Random
     policy: ChunkPolicy = "rarest"
@@ -121,6 +122,7 @@ class Settings:
     on_delivery: DeliveryCallback | None = None
     own_first: bool = True
     near_fraction: float = 1.0
+    fewest_first: bool = False
 
 
 def synthesize_transfers(
@@ -224,6 +226,7 @@ def _spread(
         sends_in_flight=settings.sends_in_flight,
         own_first=settings.own_first,
         near_fraction=settings.near_fraction,
+        fewest_first=settings.fewest_first,
     )
     combined = [*earlier, *spread]
     in_order = renumber(

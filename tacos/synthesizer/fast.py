@@ -185,6 +185,7 @@ def spread_blocks(
     link_free_at: np.ndarray | None = None,
     on_delivery: DeliveryCallback | None = None,
     sends_in_flight: int | None = None,
+    fewest_first: bool = False,
 ) -> Iterator[Block]:
     """Run :func:`tacos.synthesizer.greedy.greedy_spread` compiled, yielding transfer blocks.
 
@@ -193,8 +194,9 @@ def spread_blocks(
     ``rng`` advances exactly as the reference advances it.
     """
     state = _SpreadKernel(
-        topology, sources, num_chunks, chunk_bytes, rng, policy, link_free_at, sends_in_flight
-    )
+        topology, sources, num_chunks, chunk_bytes, rng, policy, link_free_at, sends_in_flight,
+        fewest_first,
+    )  # fmt: skip
     while True:
         status, block, delivered = state.run()
         if on_delivery and delivered:
@@ -224,6 +226,7 @@ class _SpreadKernel:
         policy: ChunkPolicy,
         link_free_at: np.ndarray | None,
         sends_in_flight: int | None,
+        fewest_first: bool,
     ) -> None:
         n, num_links = topology.num_nodes, len(topology.links)
         words = (num_chunks + 63) // 64
@@ -247,6 +250,7 @@ class _SpreadKernel:
         self.source_chunk = np.ascontiguousarray(sources.chunk[order], np.int64)
         self.policy = K.RANDOM if policy == "random" else K.RAREST
         self.ports = sends_in_flight or 0  # 0: no port limit
+        self.fewest_first = fewest_first
         self.outstanding = np.zeros(n, np.int64)  # per node, its transfers on their way
 
         # Rows padded to whole cache lines, so a block of a row is one line, not two.
@@ -320,7 +324,7 @@ class _SpreadKernel:
             self.rivals_ptr, self.rivals, self.slow_in_ptr, self.slow_in, self.rival_slot,
             self.link_class, self.class_time,
             self.source_time, self.source_node, self.source_chunk, self.policy,
-            RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD, self.ports,
+            RAREST_COMPARE_ALL, ARRIVAL_LOOKAHEAD, PICK_LOOKAHEAD, self.ports, self.fewest_first,
             self.holds, self.taken, self.block_count,
             self.copies, self.free_at, self.flight_chunk, self.heap_time, self.heap_link,
             self.next_in_group, self.looking_again, self.left_chunks, self.flight_start,
@@ -378,6 +382,7 @@ class FastSettings:
     on_delivery: DeliveryCallback | None = None
     own_first: bool = True
     near_fraction: float = 1.0
+    fewest_first: bool = False
 
 
 def fast_transfers(topology: Topology, tenants: Tenants, settings: FastSettings) -> TransferTable:
@@ -449,6 +454,7 @@ def _spread(
         )
     wants = _wants(topology, tenants)
     if wants.partial or topology.num_switches:
+        assert not settings.fewest_first, "the fabric kernel matches in the shuffled order only"
         return _fabric_spread(
             topology, wants, chunk_bytes, sources, settings, link_free_at, earlier
         )
@@ -463,6 +469,7 @@ def _spread(
             link_free_at=link_free_at,
             on_delivery=settings.on_delivery,
             sends_in_flight=settings.sends_in_flight,
+            fewest_first=settings.fewest_first,
         )
     )
     offset = 0 if earlier is None else len(earlier)

@@ -70,7 +70,17 @@ Which of several eligible chunks a link sends is the policy:
   does not (``benchmarks/quality.py``).
 
 The order in which idle links are matched is a seeded shuffle, so the same
-seed gives the same schedule. Node state is one Python integer per node used
+seed gives the same schedule. Or, on networks without switches, fewest first
+(``fewest_first``): each time, of the free links left, the one with the
+fewest chunks it could send (first in the shuffled order on ties), counted
+again after each match. A link taken first may send the one chunk another
+link into the same NPU had for it: on torus2d:3x3 at one chunk per NPU, where
+each NPU's four neighbours can each bring two of the chunks it lacks, the
+shuffled order leaves some link with nothing at every seed and the All-Gather
+takes three chunk times where two suffice; fewest first takes two. It loses
+elsewhere (the heterogeneous 4x4 mesh's All-Gather, whose links free at
+different times), so it is one more restart of the greedy, not the rule
+(:mod:`.attempts`). Node state is one Python integer per node used
 as a bit set over chunks, which keeps this reference implementation short and
 exact; it is the oracle that faster implementations are tested against.
 """
@@ -139,6 +149,7 @@ def greedy_spread(
     sends_in_flight: int | None = None,
     own_first: bool = True,
     near_fraction: float = 1.0,
+    fewest_first: bool = False,
 ) -> list[Transfer]:
     """Spread chunks until every node holds the chunks it wants.
 
@@ -159,6 +170,8 @@ def greedy_spread(
             (:meth:`_SpreadState._takers`).
         near_fraction: a path through switches leaves a chunk to the nodes nearer to
             its receiver than this fraction of the path's time (:class:`_NearHoldings`).
+        fewest_first: match free links fewest sendable chunks first rather than in the
+            shuffled order (module docs); networks without switches only.
 
     Returns:
         Transfers in the order they were decided (dependencies first; sort by
@@ -170,6 +183,10 @@ def greedy_spread(
         near_fraction,
     )  # fmt: skip
     state.ports = sends_in_flight
+    if fewest_first:
+        if topology.num_switches:
+            raise ValueError("fewest_first matches direct links only: no switches")
+        state.fewest_first = True
     for link_id, free_at in enumerate(link_free_at or ()):
         if free_at > 0:
             state.free_at[link_id] = free_at
@@ -235,6 +252,7 @@ class _SpreadState:
         self.events: list[tuple[float, int, int, int, int]] = []
         self._order = 0
         self.ports: int | None = None
+        self.fewest_first = False
         self.outstanding: defaultdict[int, int] = defaultdict(int)
         self.sender_of: dict[int, int] = {}  # last hop of a message -> its sending NPU
 
@@ -362,7 +380,14 @@ class _SpreadState:
 
     def match_links(self, ordered: list[int], now: float) -> None:
         """Match the free links ``ordered`` one by one, but several free uplinks of one
-        matching group together, where the first of them comes (:meth:`match_uplinks`)."""
+        matching group together, where the first of them comes (:meth:`match_uplinks`);
+        or fewest sendable chunks first (module docs)."""
+        if self.fewest_first:
+            left = list(ordered)
+            while left:
+                counts = [self._sendable(link_id) for link_id in left]
+                self.match_link(left.pop(counts.index(min(counts))), now)
+            return
         together: defaultdict[int, list[int]] = defaultdict(list)
         for link_id in ordered:
             if link_id in self.matching_of_uplink:
@@ -378,6 +403,13 @@ class _SpreadState:
                 self.match_uplinks(uplinks, now)
             else:
                 self.match_link(link_id, now)
+
+    def _sendable(self, link_id: int) -> int:
+        """How many chunks ``link_id``'s sender holds that its receiver neither holds nor
+        is receiving (what the fast engine counts per link)."""
+        link = self.topology.links[link_id]
+        receiver_has = self.holds[link.dst] | self.incoming[link.dst]
+        return (self.holds[link.src] & ~receiver_has).bit_count()
 
     def match_uplinks(self, uplinks: list[int], now: float) -> None:
         """Match the free ``uplinks`` of one matching group with distinct destinations.
