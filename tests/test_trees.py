@@ -137,6 +137,31 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     assert tree_layouts(eight, [_all_reduce(eight, 4)], None) == [joined]
 
 
+def test_bigger_gather_trees_where_the_greedy_is_far_from_the_bound(monkeypatch):
+    """Past MAX_GATHER_TREE_TRANSFERS, All-Gather trees are laid out only when the greedy is
+    far from the bound (asked only then): with two servers per leaf and half the spine
+    bandwidth, sixteen chunks per GPU, the leaves' trees beat the greedy by 6%."""
+    oversubscribed = from_spec("dgx:4x8,oversubscription=2,nodes-per-leaf=2")
+    spec = Collective(AG, tuple(oversubscribed.npus), 16, 2**20)
+    asked = []
+
+    def far() -> bool:
+        asked.append(True)
+        return True
+
+    assert tree_layouts(oversubscribed, [spec], None) == []  # near, by default
+    assert len(tree_layouts(oversubscribed, [spec], None, far)) == 2  # servers, leaves
+    asked.clear()
+    tree_layouts(oversubscribed, [Collective(AG, spec.ranks, 1, 2**20)], None, far)
+    assert not asked  # every plan fits: the bound is not computed
+    ours = tacos.synthesize(oversubscribed, spec)
+    assert ours.meta["construction"] == "trees" and tacos.verify(ours).ok
+    monkeypatch.setattr(trees_module, "MAX_FAR_GATHER_TREE_TRANSFERS", 0)
+    greedy = tacos.synthesize(oversubscribed, spec)
+    assert greedy.meta["construction"] == "greedy"
+    assert ours.collective_time_us < 0.95 * greedy.collective_time_us
+
+
 def test_hosts_behind_one_link_exchange_straight_from_each_owner_as_fast_as_the_rings():
     """On a fat tree every host's one link decides: the All-Gather straight from each owner
     ties the ring, the Reduce-Scatter sends its very messages (so ties it too), and the

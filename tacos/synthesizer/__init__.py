@@ -57,6 +57,7 @@ replayed together (:mod:`.apart`), up to :data:`APART_MAX_DELIVERIES`.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from collections.abc import Callable, Sequence
@@ -90,7 +91,7 @@ from tacos.synthesizer.fast import FastSettings, fast_transfers, fast_unsupporte
 from tacos.synthesizer.greedy import CHUNK_POLICIES, ChunkPolicy
 from tacos.synthesizer.list_scheduling import improved
 from tacos.synthesizer.timing import as_transposed, played_backwards
-from tacos.synthesizer.trees import tree_collective, tree_layouts
+from tacos.synthesizer.trees import FAR_FROM_BOUND, tree_collective, tree_layouts
 from tacos.topology import Topology
 from tacos.transfers import TransferTable
 from tacos.verify import verify
@@ -435,8 +436,16 @@ def fastest_construction(
         topology, tenants, random.Random(seed), policy, sends_in_flight, engine, on_delivery
     )
     construction = "greedy"
+    greedy_us = finish_us(transfers)
+
+    @functools.cache
+    def far_from_bound() -> bool:
+        """Whether the greedy ends more than :data:`.trees.FAR_FROM_BOUND` above the best
+        lower bound (computed only when a larger tree plan asks)."""
+        return greedy_us > FAR_FROM_BOUND * lower_bounds(topology, tenants.specs[0]).best_us
+
     if policy == "rarest":
-        for layout in tree_layouts(topology, tenants.specs, sends_in_flight):
+        for layout in tree_layouts(topology, tenants.specs, sends_in_flight, far_from_bound):
             on_trees = tree_collective(
                 topology, tenants.specs[0], layout, random.Random(seed), finish_us(transfers)
             )

@@ -125,7 +125,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -164,6 +164,19 @@ MAX_GATHER_TREE_TRANSFERS = 50_000
 """Larger All-Gathers and Reduce-Scatters are not tried this way (fat-tree:8, 128 hosts,
 at one chunk per NPU: about 48,000 transfers, 3 s against the greedy's 0.7 s; the
 greedy is within 6% of the bound there, and at four chunks the trees took 12 s)."""
+MAX_FAR_GATHER_TREE_TRANSFERS = 400_000
+FAR_FROM_BOUND = 1.08
+"""All-Gathers and Reduce-Scatters of up to 400,000 transfers are tried on trees where the
+greedy ends more than 8% above the collective's best lower bound (``far_from_bound`` of
+:func:`tree_layouts`). At sixteen chunks per GPU on dgx:4x8 with two servers per leaf
+and half the spine bandwidth (95,232 transfers so counted), the greedy at 1.130 (All-Gather)
+and 1.100 (Reduce-Scatter) of that bound, its leaves' trees took the All-Gather from
+1.201 to 1.130 of the throughput bound (0.6 -> 2.5 s) and the Reduce-Scatter from 1.159
+to 1.132; on dgx:8x8 with two servers per leaf (387,072) the Reduce-Scatter 1.172 -> 1.134
+(1.088 of the bound before). Nearer the bound they gained nothing and cost seconds:
+fat-tree:8 at one chunk per host, the greedy 1.055 of it, 1.2 -> 3.8 s for the
+All-Gather; dgx:8x8 with two servers per leaf, its All-Gather at 1.057, 1.139 -> 1.138
+in 9 s instead of 1."""
 MAX_DIRECT_TRANSFERS = 400_000
 """Collectives straight from each owner (:func:`_direct`) are tried up to this many
 transfers in the All-Gather they list-schedule: fat-tree:8 at four chunks per host,
@@ -262,7 +275,10 @@ class TreeLayout(NamedTuple):
 
 
 def tree_layouts(
-    topology: Topology, specs: Sequence[Collective], sends_in_flight: int | None
+    topology: Topology,
+    specs: Sequence[Collective],
+    sends_in_flight: int | None,
+    far_from_bound: Callable[[], bool] = lambda: False,
 ) -> list[TreeLayout]:
     """The layouts worth building :func:`tree_collective` for (see the module docstring):
     for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
@@ -271,7 +287,10 @@ def tree_layouts(
     switches, two to four exchanging sums, more through a hub; for All-Gather and
     Reduce-Scatter, a cluster's servers and its leaves; for all three, every rank on
     its own where each is a host behind one link (:func:`_direct`) or has a link to
-    every other (:func:`_pairwise_linked`)."""
+    every other (:func:`_pairwise_linked`). Each up to a number of transfers
+    (:func:`_most`); All-Gather and Reduce-Scatter trees up to more where
+    ``far_from_bound()`` (asked only then) says the greedy is far from the bound
+    (:data:`MAX_FAR_GATHER_TREE_TRANSFERS`)."""
     if len(specs) != 1 or sends_in_flight is not None:
         return []
     (spec,) = specs
@@ -280,7 +299,7 @@ def tree_layouts(
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     most = max(
         MAX_TREE_TRANSFERS,
-        MAX_GATHER_TREE_TRANSFERS,
+        MAX_FAR_GATHER_TREE_TRANSFERS,
         MAX_DIRECT_TRANSFERS,
         MAX_JOINED_TRANSFERS,
         MAX_ROTATION_TRANSFERS,
@@ -317,11 +336,18 @@ def tree_layouts(
         layouts.append(TreeLayout(singletons, joined=reduces, rotating=rotating))
     elif _pairwise_linked(topology, spec.ranks):
         layouts.append(TreeLayout(singletons, joined=reduces))
+
+    def fits(layout: TreeLayout, count: int) -> bool:
+        if count <= _most(layout, reduces):
+            return True
+        gathers = not reduces and not _straight(layout)
+        return gathers and count <= MAX_FAR_GATHER_TREE_TRANSFERS and far_from_bound()
+
     return [
         layout for layout in layouts
-        if _transfers(layout, spec, 1) <= _most(layout, reduces)
+        if fits(layout, _transfers(layout, spec, 1))
         and routes.connect(layout.groups)
-        and _transfers(layout, spec, routes.longest_hops) <= _most(layout, reduces)
+        and fits(layout, _transfers(layout, spec, routes.longest_hops))
     ]  # fmt: skip
 
 
