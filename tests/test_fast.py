@@ -352,7 +352,7 @@ def test_both_engines_leave_chunks_to_the_same_nearer_nodes(name, kind):
 
 def test_both_engines_match_links_fewest_first_alike():
     """The restarts that match free links fewest sendable chunks first
-    (:func:`tacos.synthesizer.attempts.matching_orders`) are the same schedules on both,
+    (:func:`tacos.synthesizer.attempts.restart_runs`) are the same schedules on both,
     on networks of mixed link speeds (links leaving chunks to faster ones, overtaking),
     with port limits and with several words of chunks per bit row."""
     rnd = random.Random(17)

@@ -224,8 +224,8 @@ def test_a_restart_matching_links_fewest_first_reaches_the_bound_on_a_small_toru
     """torus2d:3x3 at one chunk per NPU: each NPU's four neighbours can each bring two of
     the chunks it lacks, so links matched in a shuffled order may take each other's
     only chunk and the All-Gather takes three chunk times (1.5 of the bound; the
-    All-Reduce 1.25) at every seed; a restart matching them fewest sendable chunks first
-    takes two."""
+    All-Reduce 1.25-1.5) at every seed; a restart matching them fewest sendable chunks
+    first takes two."""
     torus = tacos.from_spec("torus2d:3x3")
     spec = Collective(kind, tuple(torus.npus), 1, 2**20)
     bound_us = tacos.lower_bounds(torus, spec).best_us

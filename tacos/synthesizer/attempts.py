@@ -27,10 +27,10 @@ from the first (:func:`greedy_restarts`, :func:`fastest_restart`), the first
 run being the one a single run gives, until one meets the collective's lower
 bound. The first two runs then go again matching free links fewest sendable
 chunks first instead of in the shuffled order (:func:`restart_runs`,
-:mod:`.greedy`): torus2d:3x3 at one chunk per NPU, 1.500 of the bound at every seed for
-All-Gather and Reduce-Scatter and 1.250 for All-Reduce, then meets it; as the
-rule for every run it lost elsewhere (the heterogeneous 4x4 mesh's All-Gather
-at one chunk per NPU 1.081 -> 1.145 of its bound).
+:mod:`.greedy`): torus2d:3x3 at one chunk per NPU, 1.500 of the bound at every
+seed for All-Gather and Reduce-Scatter and 1.250-1.500 for All-Reduce, then
+meets it; as the rule for every run it lost elsewhere (the heterogeneous 4x4
+mesh's All-Gather at one chunk per NPU 1.081 -> 1.145 of its bound).
 """
 
 from __future__ import annotations
