@@ -93,7 +93,12 @@ from tacos.formats.msccl import (
     to_xml,
     user_buffer_chunks,
 )
-from tacos.output import check_file_in_directory, check_file_target, write_bytes_atomic
+from tacos.output import (
+    check_file_in_directory,
+    check_file_target,
+    check_named_file,
+    write_bytes_atomic,
+)
 from tacos.schedule import Op, Schedule, merge_tenants
 from tacos.verify import verify
 
@@ -142,6 +147,11 @@ def add_arguments(parser: ArgumentAdder) -> None:
     )
 
 
+SIGNATURE = b'<algo name="tacos_'
+"""How every program this writer makes begins (its name starts ``tacos_``): the file it
+names in a directory replaces only such a file."""
+
+
 def check_target(out: Path, options: MscclOptions) -> None:
     """``-o FILE.xml``, or a directory that gets ``<algorithm name>.xml``."""
     if out.suffix.lower() == ".xml":
@@ -155,7 +165,10 @@ def export(
 ) -> ExportResult:
     """Write the algorithm XML (of the tenants' traffic together); replaced atomically."""
     program = lower(merge_tenants(schedules), options)
-    target = out if out.suffix.lower() == ".xml" else out / f"{program.name}.xml"
+    if out.suffix.lower() == ".xml":
+        target = out
+    else:  # a name of our own: replace only a file we wrote
+        target = check_named_file(out / f"{program.name}.xml", (SIGNATURE,))
     write_bytes_atomic(target, to_xml(program))
     return ExportResult(files=[target], ranks=program.ngpus, notes=notes(program, options))
 

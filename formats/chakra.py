@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from tacos.errors import TacosError
+from tacos.inputfile import require_file
 from tacos.linkmodel import GIB, CostModel
 from tacos.output import write_bytes_atomic
 from tacos.proto.et_def_pb2 import (
@@ -199,6 +200,7 @@ def write_et(path: str | os.PathLike[str], metadata: GlobalMetadata, nodes: Iter
 
 def read_et(path: str | os.PathLike[str]) -> tuple[GlobalMetadata, list[Node]]:
     """Read an ET file; raise ChakraFormatError (naming the file and byte) if it is malformed."""
+    require_file(path, "Chakra ET")
     return decode_et(Path(path).read_bytes(), os.fspath(path))
 
 

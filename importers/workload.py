@@ -41,6 +41,7 @@ from tacos.formats.workload import (
     parse_comm_groups,
 )
 from tacos.importers.chakra import EtSet, load_et_set
+from tacos.inputfile import require_file
 
 T = TypeVar("T")
 Issued = tuple[int, Node, CollectiveCall]
@@ -82,6 +83,7 @@ def read_workload(
 
 
 def _read_text(path: Path) -> str:
+    require_file(path, "communicator-group")
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from tacos.errors import TacosError
-from tacos.limits import MAX_NODES, check_count
+from tacos.limits import MAX_LINKS, MAX_NODES, check_count
 
 LinkRow = tuple[int, int, float, float]
 """``(src, dst, bandwidth_GBps, latency_us)`` of one directed link."""
@@ -93,7 +93,8 @@ def fat_tree(k: int, bandwidth_GBps: float, latency_us: float) -> Layout:
         raise TacosError(f"fat-tree:{k}: K must be an even number >= 2 (ports per switch)")
     half = k // 2
     hosts = k**3 // 4
-    _check_size(f"fat-tree:{k}", hosts + k * k + half * half)
+    # cables: host-edge, edge-aggregation and aggregation-core, two links each
+    _check_size(f"fat-tree:{k}", hosts + k * k + half * half, 2 * (hosts + 2 * k * half * half))
     edge = [hosts + pod * half + i for pod in range(k) for i in range(half)]
     aggregation = [hosts + k * half + pod * half + i for pod in range(k) for i in range(half)]
     core = [hosts + k * k + i for i in range(half * half)]
@@ -128,7 +129,7 @@ def dgx(nodes: int, gpus: int, options: Mapping[str, float]) -> Layout:
     if opts["oversubscription"] < 1:
         raise TacosError(f"{spec}: oversubscription must be >= 1 (downlink / uplink bandwidth)")
     npus = nodes * gpus
-    _check_size(spec, 2 * npus + nodes + leaves + spines)
+    _check_size(spec, 2 * npus + nodes + leaves + spines, 6 * npus + 2 * leaves * spines)
     nic_of = npus  # NIC of GPU g is node npus + g
     nvswitch_of = 2 * npus  # NVSwitch of server n is node 2*npus + n
     first_leaf = 2 * npus + nodes
@@ -155,7 +156,7 @@ def xgmi(nodes: int, gpus: int, options: Mapping[str, float]) -> Layout:
     opts = _options(spec, options, _XGMI_DEFAULTS)
     _check_servers(spec, nodes, gpus)
     npus = nodes * gpus
-    _check_size(spec, 2 * npus + 1)
+    _check_size(spec, 2 * npus + 1, npus * (gpus - 1) + 4 * npus)
     switch = 2 * npus
     rows: list[LinkRow] = []
     for server in range(nodes):
@@ -210,8 +211,10 @@ def _check_servers(spec: str, nodes: int, gpus: int) -> None:
         raise TacosError(f"{spec}: needs at least 1 server and 2 GPUs in all, e.g. dgx:2x8")
 
 
-def _check_size(spec: str, nodes: int) -> None:
+def _check_size(spec: str, nodes: int, links: int) -> None:
+    """Refuse a layout too big to build, before any of it is built."""
     check_count(nodes, MAX_NODES, "nodes", spec)
+    check_count(links, MAX_LINKS, "directed links", spec)
 
 
 def _require_positive(spec: str, name: str, value: float) -> None:

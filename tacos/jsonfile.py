@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tacos.errors import TacosError
+from tacos.inputfile import require_file
 
 
 def parse_json(text: str, source: str) -> Any:
@@ -29,6 +30,7 @@ def parse_json(text: str, source: str) -> Any:
 def load_json(path: str | Path, what: str) -> Any:
     """Read and parse a JSON file; ``what`` says what it should hold, for the error."""
     path = Path(path)
+    require_file(path, what)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -12,6 +12,12 @@ paths that already hold things. The rules, in the order a write checks them:
   FIFOs and sockets are refused (``-o /dev/full`` must not replace the device).
   The data goes to a temporary file beside the target, renamed over it only
   when complete, so a crash or a full disk leaves the old file as it was.
+* **A file named by tacos replaces only a file tacos wrote.** Given a directory
+  (``-o DIR``), an exporter picks the file's name itself (``schedule.json``, an
+  MSCCL algorithm's name); a file of that name already there is replaced only
+  if it begins as the format's own files do (:func:`check_named_file`), so a
+  user's ``schedule.json`` is refused, not lost. Naming the file in ``-o``
+  replaces it as any file output does.
 * **A directory output deletes only what tacos wrote.** A directory that does
   not exist yet is built beside its destination and renamed into place whole.
   An existing one is written into: the export's files are moved in, files that
@@ -101,6 +107,35 @@ def check_file_in_directory(directory: Path, name: str | None = None) -> None:
     _check_directory_or_nothing(directory)
     if name is not None:
         check_file_target(directory / name)
+
+
+NAMED_FILE_HEAD_BYTES = 256
+"""How much of an existing file :func:`check_named_file` reads to tell whether tacos wrote it."""
+
+
+def check_named_file(path: Path, signatures: tuple[bytes, ...]) -> Path:
+    """The file an export names itself in a directory (``-o DIR``), once it is safe to write.
+
+    It may replace an existing file only if that file starts with one of
+    ``signatures`` (what the format's writer puts first, within
+    :data:`NAMED_FILE_HEAD_BYTES`):
+    one tacos wrote. Anything else is the user's and is refused; the user can
+    name the file in ``-o`` to replace it on purpose.
+    """
+    target = check_file_target(path)
+    try:
+        with open(target, "rb") as handle:
+            head = handle.read(NAMED_FILE_HEAD_BYTES)
+    except FileNotFoundError:
+        return target
+    except OSError as err:
+        raise TacosError(f"{path}: cannot read the file there: {err.strerror}") from None
+    if not head.startswith(signatures):
+        raise TacosError(
+            f"{path}: exists and was not written by tacos; move it away, or name it in -o "
+            "to replace it"
+        )
+    return target
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

@@ -215,6 +215,10 @@ class Schedule:
             if key not in data:
                 raise TacosError(f"{source}: missing field {key!r}")
         topology = Topology.from_dict(data["topology"], f"{source}: topology")
+        try:  # a valid schedule's NPUs all reach each other (failed ones are removed)
+            topology.check_connected()
+        except TacosError as err:
+            raise TacosError(f"{source}: topology: {err}") from None
         collective = Collective.from_dict(data["collective"], f"{source}: collective")
         transfers = _transfers_from_columns(data["transfers"], topology, f"{source}: transfers")
         return cls(topology, collective, transfers, dict(data.get("meta") or {}))

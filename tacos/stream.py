@@ -32,6 +32,7 @@ import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
+from tacos.inputfile import require_file
 from tacos.output import atomic_file
 from tacos.schedule import Schedule
 from tacos.synthesizer import fastest_construction
@@ -173,6 +174,7 @@ def _blocks(
 def open_stream(path: str | Path) -> tuple[dict[str, Any], np.ndarray]:
     """The header and a read-only memory map of the records of a stream file."""
     path = Path(path)
+    require_file(path, "transfer stream")
     with open(path, "rb") as handle:
         first = handle.readline()
         parts = first.decode("ascii", "replace").split()

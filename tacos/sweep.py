@@ -59,6 +59,7 @@ from typing import Any, Literal
 from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError, describe
+from tacos.inputfile import require_file
 from tacos.limits import MAX_SWEEP_POINTS
 from tacos.output import write_text_atomic
 from tacos.registry import names_topology_file, read_topology_file
@@ -244,6 +245,7 @@ class SweepSpec:
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML; every problem is a one-line error naming the key."""
     path = Path(path)
+    require_file(path, "sweep")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -442,6 +444,7 @@ def read_table(path: str | Path) -> list[Row]:
     path = Path(path)
     if path.is_dir():
         path = table_path(path)
+    require_file(path, "results table")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -36,6 +36,7 @@ import networkx as nx
 
 from tacos import clusters
 from tacos.errors import TacosError, describe
+from tacos.inputfile import require_file
 from tacos.jsonfile import parse_json
 from tacos.limits import MAX_LINK_TIME_US, MAX_LINKS, MAX_NODES, check_count
 from tacos.linkmodel import CostModel
@@ -686,6 +687,7 @@ def write_csv(topology: Topology) -> str:
 
 # ------------------------------------------------------------------ helpers
 def _read_text(path: Path) -> str:
+    require_file(path, "topology")
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

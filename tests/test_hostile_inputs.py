@@ -7,6 +7,7 @@ refused in well under a second (the guard below is generous, for slow CI machine
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -72,6 +73,7 @@ CASES = [
     (None, None, "ring:" + "9" * 20, "9" * 20 + " NPUs"),
     (None, None, "mesh2d:4xx4", "single x"),
     (None, None, "dgx:100000x100", "dgx:100000x100"),
+    (None, None, "xgmi:1x5000", "25015000 directed links"),
 ]  # fmt: skip
 
 
@@ -239,3 +241,23 @@ def test_errors_describe_a_huge_value_instead_of_echoing_it(capsys, tmp_path):
     assert main(["synthesize", "--topology", str(topology)]) == 2
     err = capsys.readouterr().err
     assert "a list of 100000 items is not a whole number" in err and len(err) < 300, err[:300]
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "{}"],
+    ["verify", "--format", "msccl", "{}"],
+    ["simulate", "{}"],
+    ["import", "{}.xml"],
+])  # fmt: skip
+def test_an_endless_device_or_a_fifo_is_refused_before_a_byte_is_read(capsys, tmp_path, argv):
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")  # reads forever
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # blocks the reader until a writer comes
+    for source in (zero, fifo):
+        link = tmp_path / f"{source.name}.xml"
+        link.unlink(missing_ok=True)
+        link.symlink_to(source)
+        started = time.perf_counter()
+        code = main([arg.replace("{}", str(source)) for arg in argv])
+        assert_one_line_fast(code, capsys.readouterr().err, "is not a regular file", started)

@@ -112,6 +112,35 @@ def test_a_ledger_cannot_make_tacos_delete_outside_the_bundle(capsys, tmp_path):
     assert outside.read_text() == "keep"
 
 
+@pytest.mark.parametrize("fmt, name, groups", [
+    ("json", "schedule.json", []),
+    ("json", "schedule.json", ["--topology", "dgx:2x4", "--groups", "0-3;4-7"]),
+    ("msccl", "tacos_allreduce_ring-4_Simple_ch1.xml", []),
+])  # fmt: skip
+def test_a_file_tacos_names_in_a_directory_replaces_only_one_tacos_wrote(
+    capsys, tmp_path, fmt, name, groups
+):
+    argv = ["--format", fmt, "--topology", "ring:4", "--collective", "all-reduce", *groups]
+    mine, ours = tmp_path / "mine", tmp_path / "ours"
+    kept = user_files(mine)
+    if not groups:
+        (mine / name).write_text("the user's own file of that name")
+        kept = snapshot(mine)
+        code, _, err = run(capsys, *argv, "-o", str(mine), entry=export_main)
+        assert_refused(code, err, str(mine / name), "not written by tacos")
+        assert snapshot(mine) == kept
+    for _ in range(2):  # a new export replaces the one before
+        code, _, err = run(capsys, *argv, "-o", str(ours), entry=export_main)
+        assert code == 0, err
+    written = [p.name for p in ours.iterdir()]
+    assert len(written) == 1 and (not groups or written == [name]), written
+    named = mine / written[0]  # naming the file in -o replaces it on purpose
+    named.write_text("replace me")
+    code, _, err = run(capsys, *argv, "-o", str(named), entry=export_main)
+    assert code == 0, err
+    assert named.read_bytes() == (ours / written[0]).read_bytes()
+
+
 # ------------------------------------------------------------------ files
 @pytest.mark.parametrize("entry, argv", [
     (main, ["synthesize", "--topology", "ring:4", "-o"]),

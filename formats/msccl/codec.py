@@ -23,6 +23,7 @@ from lxml import etree
 from tacos.errors import TacosError
 from tacos.formats.msccl.model import Algorithm, Gpu, Step, ThreadBlock
 from tacos.formats.msccl.runtime import MAX_ATTRIBUTES, MAX_VALUE_CHARS
+from tacos.inputfile import require_file
 from tacos.limits import MAX_BUFFER_CHUNKS, MAX_NODES
 
 
@@ -39,6 +40,7 @@ def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
         data, where = source, name or "<xml>"
     else:
         where = name or str(source)
+        require_file(source, "MSCCL XML")
         try:
             data = Path(source).read_bytes()
         except OSError as err:
