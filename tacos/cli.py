@@ -7,7 +7,9 @@ Errors caused by input print one line ``tacos: error: ...`` and exit 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import signal
 import sys
 import time
@@ -15,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from tacos.bounds import lower_bounds
 from tacos.collective import Collective, CollectiveKind, parse_size
@@ -69,9 +71,16 @@ EXIT_CANNOT_TELL = 3
 
 
 # ------------------------------------------------------------------ entry points
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line (argparse prints its whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT_ERROR, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``tacos``: synthesize, verify, simulate, bounds."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tacos", description="Topology-aware collective algorithm synthesis (TACOS)."
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -161,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def export_main(argv: Sequence[str] | None = None) -> int:
     """``tacos-export``: write a schedule (given, or synthesized on the spot) in a format."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tacos-export",
         description="Export a collective schedule. Without --schedule, one is synthesized "
         f"(default: {DEFAULT_COLLECTIVE} on {DEFAULT_TOPOLOGY}).",
@@ -212,6 +221,38 @@ def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
     raise _Terminated(signum)
 
 
+_PATH_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS}
+)
+"""What a path the user gave can be wrong in, wherever the command first touches it."""
+_SHOWN_PATH_CHARS = 80
+
+
+def _path_error(err: OSError) -> str:
+    """One line for an unusable path: the path (its start, if very long) and why."""
+    path = os.fsdecode(err.filename)
+    if len(path) > _SHOWN_PATH_CHARS:
+        path = f"{path[:_SHOWN_PATH_CHARS]}... ({len(path)} characters)"
+    return f"{path}: {err.strerror}; give another path"
+
+
+def _stop_retrying() -> None:
+    """The stop is handled: no timer raises it again."""
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    _pending_stop.clear()
+
+
+def _stopped_by(err: BaseException) -> _Terminated | None:
+    """The stop behind ``err``: numba's dispatcher reports an exception raised by a signal
+    handler while compiled code ran as a SystemError whose context is that exception."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, _Terminated):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _retry_stop(_signum: int, frame: FrameType | None) -> None:
     """SIGALRM while a stop is pending: raise it again, unless it is already unwinding."""
     if _pending_stop and not isinstance(sys.exc_info()[1], _Terminated):
@@ -238,26 +279,40 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_unraisable(previous_hook)
     try:
-        with protect_inputs(_input_paths(args)):
-            return int(args.handler(args))
-    except TacosError as err:
-        print(f"{parser.prog}: error: {err}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted", file=sys.stderr)
-        return 130
-    except _Terminated as stop:
+        try:
+            with protect_inputs(_input_paths(args)):
+                return int(args.handler(args))
+        except TacosError as err:
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            return EXIT_INPUT_ERROR
+        except KeyboardInterrupt:
+            print(f"{parser.prog}: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # e.g. piped into head: stop quietly, as Unix tools do
+            sys.stderr.close()
+            return 0
+        except OSError as err:
+            if err.errno not in _PATH_ERRNOS or err.filename is None:
+                raise
+            print(f"{parser.prog}: error: {_path_error(err)}", file=sys.stderr)
+            return EXIT_INPUT_ERROR
+        except SystemError as err:  # a stop landing in compiled code comes out wrapped
+            stop = _stopped_by(err)
+            if stop is None:
+                raise
+            raise stop from None
+    except _Terminated as stop:  # outside the handlers above: a stop may land in one
+        _stop_retrying()
         print(f"{parser.prog}: {signal.Signals(stop.signum).name}, stopped", file=sys.stderr)
         return 128 + stop.signum
-    except BrokenPipeError:  # e.g. piped into head: stop quietly, as Unix tools do
-        sys.stderr.close()
-        return 0
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        _pending_stop.clear()
+        # Held while the handlers go back: a stop from here on ends the process as usual.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {*_CLEANUP_SIGNALS, signal.SIGALRM})
+        _stop_retrying()
         sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

@@ -27,7 +27,10 @@ MAX_EXPANDED_VALUES = 100_000
 
 def parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
     """The document's node tree (for line numbers) and its Python value, safely built."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # refuses control characters at once
+    except yaml.YAMLError as err:
+        raise TacosError(_described(err, source)) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -40,12 +43,23 @@ def parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
             "tacos reads"
         ) from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise TacosError(f"{source}:{where} not valid YAML ({problem})") from None
+        raise TacosError(_described(err, source)) from None
     finally:
         loader.dispose()
+
+
+def _described(err: yaml.YAMLError, source: str) -> str:
+    """One line naming ``source``, the place (where PyYAML knows it) and the problem."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
+    if isinstance(err, yaml.reader.ReaderError):  # no mark: a character YAML forbids
+        code = err.character if isinstance(err.character, int) else ord(err.character)
+        return (
+            f"{source}: character {err.position + 1}: not valid YAML (control character "
+            f"#x{code:02x}); remove it"
+        )
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{source}:{where} not valid YAML ({problem})"
 
 
 def _check_expansion(root: yaml.Node, source: str) -> None:

@@ -74,6 +74,8 @@ CASES = [
     (None, None, "mesh2d:4xx4", "single x"),
     (None, None, "dgx:100000x100", "dgx:100000x100"),
     (None, None, "xgmi:1x5000", "25015000 directed links"),
+    ("bell.yml", "topology: [ Ring ]\nnpus_count: [ 4\x07 ]\nbandwidth: [ 50 ]\nlatency: [ 1 ]\n",
+     "bell.yml", "bell.yml: character 35: not valid YAML (control character #x07)"),
 ]  # fmt: skip
 
 
@@ -261,3 +263,32 @@ def test_an_endless_device_or_a_fifo_is_refused_before_a_byte_is_read(capsys, tm
         started = time.perf_counter()
         code = main([arg.replace("{}", str(source)) for arg in argv])
         assert_one_line_fast(code, capsys.readouterr().err, "is not a regular file", started)
+
+
+@pytest.mark.parametrize("argv", [
+    ["synthesize", "--topology", "{long}.json"],
+    ["synthesize", "--topology", "ring:4", "-o", "{long}.json"],
+    ["synthesize", "--topology", "ring:4", "--stream", "{long}.bin"],
+    ["verify", "{long}.json"],
+    ["sweep", "{long}.yml", "-o", "out"],
+])  # fmt: skip
+def test_a_path_too_long_for_the_file_system_is_one_line(capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 300  # names are at most 255 bytes on Linux file systems
+    started = time.perf_counter()
+    code = main([arg.replace("{long}", long) for arg in argv])
+    assert_one_line_fast(code, capsys.readouterr().err, "File name too long", started)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("entry", "argv", "message"), [
+    (main, ["synthesize", "--bandwidth", "abc"], "invalid float value: 'abc'"),
+    (main, ["synthesize", "--seed", "1.5"], "invalid int value: '1.5'"),
+    (main, [], "required: command"),
+    (export_main, ["--format", "nope", "-o", "x"], "invalid choice: 'nope'"),
+])  # fmt: skip
+def test_a_bad_option_is_one_line_not_the_whole_usage(capsys, entry, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        entry(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1, err

@@ -367,6 +367,45 @@ def test_a_stop_swallowed_inside_a_callback_is_raised_again_quietly():
     assert done.stderr.strip() == "tacos: SIGTERM, stopped"
 
 
+STOPS_IN_AWKWARD_PLACES = """
+import argparse, os, signal, sys, time
+from tacos import cli
+
+def handler(args):
+    if args.where == "compiled":  # numba hands a stop raised in its code back wrapped
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        except BaseException as stop:
+            raise SystemError("CPUDispatcher returned a result with an exception set") from stop
+    else:  # a stop just before the command returns: its retry timer must not outlive it
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000_000):
+            pass
+    return 0
+
+parser = argparse.ArgumentParser(prog="tacos")
+parser.add_argument("where")
+parser.set_defaults(handler=handler)
+code = cli._run(parser, [sys.argv[1]])
+time.sleep(0.2)  # the retry timer, had it been left armed, would fire here
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("where", ["compiled", "late"])
+def test_a_stop_anywhere_is_one_line_and_exit_128_plus_its_number(where):
+    done = subprocess.run(
+        [sys.executable, "-c", STOPS_IN_AWKWARD_PLACES, where],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert done.stderr.strip() == "tacos: SIGTERM, stopped"
+
+
 class _Stopped(Exception):
     pass
 
