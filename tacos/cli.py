@@ -59,7 +59,7 @@ from tacos.topology import (
     from_spec,
     is_spec,
 )
-from tacos.verify import VerificationReport, verify
+from tacos.verify import VerificationReport, require_verified, verify
 
 DEFAULT_TOPOLOGY = "ring:8"
 DEFAULT_COLLECTIVE = "all-reduce"
@@ -784,6 +784,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 "tacos simulate --link-model)"
             )
         schedules, seconds = load_schedules(args.schedule), 0.0
+        require_verified(schedules, args.schedule)
     elif args.import_from:
         import_format, source = args.import_from
         schedules, seconds = [_import_schedule(import_format, Path(source), args)], 0.0

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tacos.errors import TacosError
-from tacos.limits import MAX_CHUNK_DELIVERIES
+from tacos.errors import TacosError, describe, whole_number
+from tacos.limits import MAX_BUFFER_BYTES, MAX_CHUNK_DELIVERIES
 
 Placement = tuple[int, int, int]
 """(node, chunk, contributions bit set over rank positions)."""
@@ -105,6 +105,13 @@ class Collective:
             raise TacosError(f"chunks per NPU must be >= 1, got {self.chunks_per_rank}")
         if self.chunk_bytes < 1:
             raise TacosError(f"chunk size must be >= 1 byte, got {self.chunk_bytes}")
+        buffer_bytes = self.num_chunks * self.chunk_bytes
+        if buffer_bytes > MAX_BUFFER_BYTES:
+            raise TacosError(
+                f"{self.num_chunks} chunks of {self.chunk_bytes} bytes make a {buffer_bytes}-byte "
+                f"buffer, more than the formats hold (at most {MAX_BUFFER_BYTES}); use smaller "
+                "chunks (--chunk-size)"
+            )
         deliveries = self.num_ranks * self.num_chunks
         if deliveries > MAX_CHUNK_DELIVERIES:
             raise TacosError(
@@ -235,14 +242,17 @@ class Collective:
     def from_dict(cls, data: Any, source: str = "collective") -> Collective:
         try:
             root = data.get("root")
+            ranks = data["ranks"]
+            if not isinstance(ranks, list):
+                raise TypeError(f"ranks is {describe(ranks)}, not a list")
             return cls(
                 CollectiveKind.parse(str(data["kind"])),
-                tuple(int(r) for r in data["ranks"]),
-                int(data["chunks_per_rank"]),
-                int(data["chunk_bytes"]),
-                None if root is None else int(root),
+                tuple(whole_number(r, f"{source}: ranks") for r in ranks),
+                whole_number(data["chunks_per_rank"], f"{source}: chunks_per_rank"),
+                whole_number(data["chunk_bytes"], f"{source}: chunk_bytes"),
+                None if root is None else whole_number(root, f"{source}: root"),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
+        except (KeyError, TypeError, AttributeError) as err:
             raise TacosError(
                 f"{source}: needs kind, ranks, chunks_per_rank, chunk_bytes ({err})"
             ) from None

@@ -15,6 +15,16 @@ class TacosError(Exception):
     """An error caused by user input; the CLI prints str(err) as one line and exits 2."""
 
 
+def whole_number(value: Any, where: str) -> int:
+    """``value`` from a user's file as an int: an int, or a float with nothing after the
+    point (JSON writers emit ``4.0``); not a string, a bool, infinity or ``3.5``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise TacosError(f"{where}: {describe(value)} is not a whole number")
+
+
 def describe(value: Any) -> str:
     """A short description of a user's value for an error message (never its repr)."""
     if isinstance(value, str):

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tacos.errors import TacosError
+from tacos.errors import TacosError, whole_number
 from tacos.jsonfile import load_json
 from tacos.limits import MAX_NODES
 from tacos.topology import Link, Topology
@@ -67,6 +67,14 @@ def parse_links(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
+def _npu_id(value: object, where: str) -> int:
+    """An NPU id from a JSON file: a whole number from 0 (not ``3.5``, ``"3"`` or ``true``)."""
+    npu = whole_number(value, where)
+    if not 0 <= npu < MAX_NODES:
+        raise TacosError(f"{where}: NPU id {npu} is not in 0..{MAX_NODES - 1}")
+    return npu
+
+
 def parse_groups(text: str) -> list[list[int]]:
     """Tenant groups: ``"0-7;8-15"``, or a JSON file holding ``[[0, 1], [2, 3]]``."""
     path = Path(text)
@@ -75,10 +83,14 @@ def parse_groups(text: str) -> list[list[int]]:
         groups = data.get("groups") if isinstance(data, dict) else data
         if not (isinstance(groups, list) and all(isinstance(g, list) for g in groups)):
             raise TacosError(f'{text}: expected a list of NPU-id lists (or {{"groups": ...}})')
-        try:
-            members = [sorted({int(x) for x in group}) for group in groups]
-        except (TypeError, ValueError):
-            raise TacosError(f"{text}: group members must be NPU ids") from None
+        if not groups:
+            raise TacosError(
+                f"{text}: no groups; list each tenant's NPU ids, e.g. [[0, 1], [2, 3]]"
+            )
+        members = [
+            sorted({_npu_id(x, f"{text}: group {index}") for x in group})
+            for index, group in enumerate(groups)
+        ]
     else:
         members = [parse_ids(part, "group") for part in text.split(";")]
     for index, group in enumerate(members):

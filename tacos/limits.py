@@ -19,6 +19,8 @@ MAX_CHUNK_DELIVERIES = 4_000_000_000
 """Ranks times chunks: the synthesizer's holdings are a bit per (node, chunk), so this is
 0.5 GB of state (a 40,000-NPU All-Gather needs 1.6e9)."""
 
+MAX_BUFFER_BYTES = 1 << 62
+"""A collective's buffer: Chakra stores sizes as signed 64-bit integers (4 EiB here)."""
 MAX_BUFFER_CHUNKS = 1 << 24
 """Chunks of one buffer of an imported program (MSCCL XML): its checker keeps a slot each."""
 MAX_LINK_TIME_US = 1e12

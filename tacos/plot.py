@@ -38,6 +38,7 @@ from tacos.output import write_bytes_atomic
 from tacos.schedule import Schedule
 from tacos.sweep import TABLE_NAME, Row, dimensions, read_table
 from tacos.topology import Topology
+from tacos.verify import require_verified
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -89,7 +90,9 @@ def plot_file(
             raise TacosError(f"{source}: no results table rows (is {TABLE_NAME} there?)")
         figure = sweep_figure(rows, str(source))
     else:
-        figure = schedule_figure(Schedule.load(source), kind=kind, color_by=color_by)
+        schedule = Schedule.load(source)
+        require_verified([schedule], source)
+        figure = schedule_figure(schedule, kind=kind, color_by=color_by)
     save_figure(figure, output)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tacos.collective import Collective
-from tacos.errors import TacosError, describe
+from tacos.errors import TacosError, describe, whole_number
 from tacos.jsonfile import load_json, parse_json
 from tacos.output import write_text_atomic
 from tacos.topology import Topology
@@ -321,6 +321,15 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def _id(value: Any, where: str) -> int:
+    """A chunk, node, link or transfer number: whole, and within the 64-bit integers every
+    array and format keeps it in (whether it names something real is for :mod:`tacos.verify`)."""
+    number = whole_number(value, where)
+    if not -(2**63) <= number < 2**63:
+        raise TacosError(f"{where}: {describe(number)} is out of range")
+    return number
+
+
 def _transfers_from_columns(columns: Any, topology: Topology, source: str) -> list[Transfer]:
     if not isinstance(columns, dict) or set(columns) != set(_COLUMNS):
         raise TacosError(f"{source}: needs exactly the columns {', '.join(_COLUMNS)}")
@@ -342,14 +351,14 @@ def _transfers_from_columns(columns: Any, topology: Topology, source: str) -> li
             ) from None
         try:
             transfer = Transfer(
-                int(columns["chunk"][i]),
-                int(columns["src"][i]),
-                int(columns["dst"][i]),
-                int(columns["link"][i]),
+                _id(columns["chunk"][i], f"{where}: chunk"),
+                _id(columns["src"][i], f"{where}: src"),
+                _id(columns["dst"][i], f"{where}: dst"),
+                _id(columns["link"][i], f"{where}: link"),
                 float(columns["start"][i]),
                 float(columns["end"][i]),
                 op,
-                tuple(int(d) for d in columns["deps"][i]),
+                tuple(_id(d, f"{where}: deps") for d in columns["deps"][i]),
             )
         except (TypeError, ValueError) as err:
             raise TacosError(f"{where}: bad value ({err})") from None

@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +69,18 @@ class VerificationReport:
         more = self.error_count - len(self.errors)
         tail = f"\n  ... and {more} more" if more else ""
         return f"FAILED ({self.error_count} problems):\n  " + "\n  ".join(self.errors) + tail
+
+
+def require_verified(schedules: Sequence[Schedule], source: object) -> None:
+    """Refuse schedules read from ``source`` unless each verifies: writers and plots take
+    only correct schedules (a bad chunk id or time would otherwise fail deep inside them)."""
+    for schedule in schedules:
+        report = verify(schedule)
+        if not report.ok:
+            raise TacosError(
+                f"{source}: the schedule does not verify ({report.errors[0]}); "
+                f"tacos verify {source} lists the problems"
+            )
 
 
 def verify(schedule: Schedule, *, vectorised: bool | None = None) -> VerificationReport:

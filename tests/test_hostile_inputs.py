@@ -292,3 +292,78 @@ def test_a_bad_option_is_one_line_not_the_whole_usage(capsys, entry, argv, messa
         entry(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("groups", "message"), [
+    ("[[0, 1], [2, 3.5]]", "group 1: 3.5 is not a whole number"),
+    ('[["0", 1], [2, 3]]', "group 0: '0' is not a whole number"),
+    ("[[true, 1], [2, 3]]", "group 0: True is not a whole number"),
+    ("[[0, 1e400], [2, 3]]", "group 0: inf is not a whole number"),
+    ("[[0, -1], [2, 3]]", "NPU id -1 is not in"),
+    ("[]", "no groups"),
+])  # fmt: skip
+def test_tenant_groups_from_a_file_are_whole_npu_ids(capsys, tmp_path, groups, message):
+    path = tmp_path / "groups.json"
+    path.write_text(groups)
+    started = time.perf_counter()
+    code = main(["synthesize", "--topology", "ring:4", "--groups", str(path)])
+    assert_one_line_fast(code, capsys.readouterr().err, message, started)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["collective"].update(ranks=[float("inf"), 1, 2, 3]), "inf is not a whole number"),
+    (lambda d: d["collective"].update(chunk_bytes=2**70), "more than the formats hold"),
+    (lambda d: d["transfers"]["chunk"].__setitem__(0, 2**64), "is out of range"),
+    (lambda d: d["transfers"]["start"].__setitem__(0, float("nan")), "does not verify"),
+])  # fmt: skip
+def test_numbers_beyond_any_array_in_a_schedule_are_one_line_everywhere(
+    capsys, tmp_path, edit, message
+):
+    schedule = tmp_path / "s.json"
+    made(capsys, "synthesize", "--topology", "ring:4", "-o", str(schedule), entry=main)
+    data = json.loads(schedule.read_text())
+    edit(data)
+    schedule.write_text(json.dumps(data))
+    for entry, argv in (
+        (
+            export_main,
+            ["--schedule", str(schedule), "--format", "chakra", "-o", str(tmp_path / "b")],
+        ),
+        (export_main, ["--schedule", str(schedule), "--format", "json", "-o", str(tmp_path / "j")]),
+        (main, ["simulate", str(schedule)]),
+    ):
+        started = time.perf_counter()
+        code = entry(argv)
+        err = capsys.readouterr().err
+        if "does not verify" in message and entry is main:
+            continue  # simulate replays what it is given
+        assert_one_line_fast(code, err, message, started)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_a_chunk_size_beyond_what_the_formats_hold_is_refused_first(capsys, tmp_path):
+    started = time.perf_counter()
+    code = export_main(["--format", "chakra", "--topology", "ring:4", "--bandwidth", "1e15",
+                        "--chunk-size", str(2**63), "-o", str(tmp_path / "b")])  # fmt: skip
+    assert_one_line_fast(code, capsys.readouterr().err, "more than the formats hold", started)
+
+
+def test_a_small_msccl_file_announcing_a_huge_buffer_is_checked_at_once_or_refused(
+    capsys, tmp_path
+):
+    """A 2.5 KB ring All-Gather of 4 GPUs claiming thousands of chunks per loop (all but 4
+    never written): its tens of thousands of wrong outputs are counted at once, and a loop
+    too big to follow through every slot is refused before the slots exist."""
+    xml = tmp_path / "ring.xml"
+    made(capsys, "--format", "msccl", "--topology", "ring:4", "--collective", "all-gather",
+         "-o", str(xml))  # fmt: skip
+    text = xml.read_text()
+    refused = "tacos checks programs of at most 65536"
+    for chunks, code_wanted, message in ((16384, 1, "FAILED ("), (32768, 2, refused)):
+        big = re.sub(r'o_chunks="\d+"', f'o_chunks="{chunks}"', text)
+        xml.write_text(re.sub(r'nchunksperloop="\d+"', f'nchunksperloop="{chunks}"', big))
+        started = time.perf_counter()
+        code = main(["verify", "--format", "msccl", str(xml)])
+        out, err = capsys.readouterr()
+        assert code == code_wanted and message in out + err, out + err
+        assert time.perf_counter() - started < 10.0
