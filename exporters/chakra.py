@@ -50,6 +50,7 @@ from tacos.formats.arguments import ArgumentAdder
 from tacos.formats.chakra import (
     CHAKRA_VERSION,
     CHUNK_ATTRIBUTE,
+    TENANTS_ATTRIBUTE,
     GlobalMetadata,
     Node,
     NodeType,
@@ -58,7 +59,7 @@ from tacos.formats.chakra import (
     write_et,
 )
 from tacos.output import atomic_directory, check_directory_target, write_text_atomic
-from tacos.schedule import Op, RankStep, Schedule, StepKind, merge_tenants
+from tacos.schedule import Op, RankStep, Schedule, StepKind, merge_tenants, save_schedules
 
 FORMAT_NAME = "chakra"
 PORT = -1
@@ -93,10 +94,13 @@ def rank_traces(schedule: Schedule) -> dict[int, Trace]:
 
 
 def _metadata(schedule: Schedule) -> GlobalMetadata:
-    """Version plus the collective the traces implement, for importers (ASTRA-sim ignores it)."""
-    return GlobalMetadata(
-        version=CHAKRA_VERSION, attr=[attr("collective", schedule.collective.kind.value)]
-    )
+    """Version plus the collective the traces implement, and how many tenants' collectives
+    they hold together when more than one, for importers (ASTRA-sim ignores both)."""
+    attributes = [attr("collective", schedule.collective.kind.value)]
+    tenants = len(schedule.meta.get("tenants") or ())
+    if tenants > 1:
+        attributes.append(attr(TENANTS_ATTRIBUTE, tenants))
+    return GlobalMetadata(version=CHAKRA_VERSION, attr=attributes)
 
 
 def _program_nodes(
@@ -268,7 +272,7 @@ def export(
         for name, text in bundle.text_files().items():
             write_text_atomic(scratch / name, text)
         (scratch / "run.sh").chmod(0o755)
-        schedule.save(scratch / "schedule.json")
+        save_schedules(scratch / "schedule.json", schedules)  # each tenant verifiable
         written = sorted(p.relative_to(scratch) for p in scratch.rglob("*") if p.is_file())
     node_count = sum(len(nodes) for _, nodes in traces.values())
     return ExportResult(

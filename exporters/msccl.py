@@ -67,7 +67,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tacos.collective import Collective, CollectiveKind
@@ -99,7 +99,7 @@ from tacos.output import (
     check_named_file,
     write_bytes_atomic,
 )
-from tacos.schedule import Op, Schedule, merge_tenants
+from tacos.schedule import Op, Schedule
 from tacos.verify import verify
 
 FORMAT_NAME = "msccl"
@@ -163,14 +163,38 @@ def check_target(out: Path, options: MscclOptions) -> None:
 def export(
     schedules: Sequence[Schedule], out: Path, options: MscclOptions = MscclOptions()
 ) -> ExportResult:
-    """Write the algorithm XML (of the tenants' traffic together); replaced atomically."""
-    program = lower(merge_tenants(schedules), options)
-    if out.suffix.lower() == ".xml":
-        target = out
-    else:  # a name of our own: replace only a file we wrote
-        target = check_named_file(out / f"{program.name}.xml", (SIGNATURE,))
-    write_bytes_atomic(target, to_xml(program))
-    return ExportResult(files=[target], ranks=program.ngpus, notes=notes(program, options))
+    """Write the algorithm XML, replaced atomically; several tenants (``--groups``) are
+    several communicators, so each gets a program of its own (``..._tenant<i>.xml``,
+    its ranks numbered from 0), all into the directory ``out``."""
+    if len(schedules) > 1 and out.suffix.lower() == ".xml":
+        raise TacosError(
+            f"{out}: {len(schedules)} tenants are {len(schedules)} MSCCL programs (one per "
+            "communicator); give a directory for -o"
+        )
+    programs = [lower(schedule, options) for schedule in schedules]
+    if len(programs) > 1:
+        programs = [
+            replace(
+                program,
+                name=f"{program.name}_tenant{index}",
+                source=f"{program.name}_tenant{index}.xml",
+            )
+            for index, program in enumerate(programs)
+        ]
+    targets = [
+        out
+        if out.suffix.lower() == ".xml"
+        # a name of our own: replace only a file we wrote
+        else check_named_file(out / f"{program.name}.xml", (SIGNATURE,))
+        for program in programs
+    ]
+    for program, target in zip(programs, targets, strict=True):
+        write_bytes_atomic(target, to_xml(program))
+    return ExportResult(
+        files=targets,
+        ranks=sum(program.ngpus for program in programs),
+        notes=[note for program in programs for note in notes(program, options)],
+    )
 
 
 def notes(program: Algorithm, options: MscclOptions) -> list[str]:

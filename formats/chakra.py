@@ -50,6 +50,7 @@ __all__ = [
     "GlobalMetadata",
     "Node",
     "NodeType",
+    "TENANTS_ATTRIBUTE",
     "attr",
     "attr_type_mismatches",
     "decode_et",
@@ -63,6 +64,9 @@ __all__ = [
 
 CHAKRA_VERSION: Final = "0.0.4"
 """GlobalMetadata.version written by Chakra's converters (and found in ASTRA-sim's examples)."""
+TENANTS_ATTRIBUTE: Final = "tacos_tenants"
+"""How many tenants' collectives the traces hold together (a GlobalMetadata int64, written
+only when more than one). ASTRA-sim ignores it; our reader refuses to read them as one."""
 CHUNK_ATTRIBUTE: Final = "tacos_chunk"
 """Which collective chunk a send or receive moves (int64). ASTRA-sim ignores it; our writer
 sets it so that our reader recovers the data each message carries without guessing."""

@@ -64,7 +64,15 @@ from typing import Any
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
-from tacos.formats.chakra import CHUNK_ATTRIBUTE, GlobalMetadata, Node, NodeType, get_attr, read_et
+from tacos.formats.chakra import (
+    CHUNK_ATTRIBUTE,
+    TENANTS_ATTRIBUTE,
+    GlobalMetadata,
+    Node,
+    NodeType,
+    get_attr,
+    read_et,
+)
 from tacos.limits import check_count
 from tacos.linkmodel import KEEP_COST, CostChoice, CostModel
 from tacos.schedule import Op, Schedule, Transfer
@@ -209,6 +217,7 @@ def import_schedule(
             "their own sizes"
         )
     et_set = load_et_set(prefix_of(prefix))
+    _refuse_tenants(et_set)
     if et_set.num_ranks < 2:
         raise TacosError(f"{et_set.path(0)}: one rank only; a collective needs at least 2")
     messages = match_messages(et_set)
@@ -824,6 +833,22 @@ def _transfers(
 
 
 # ------------------------------------------------------------------- helpers
+def _refuse_tenants(et_set: EtSet) -> None:
+    """Traces of several tenants (``tacos-export --groups``) run one collective per tenant,
+    which no single collective describes: read as one, they would fail its check."""
+    for rank, (metadata, _) in sorted(et_set.traces.items()):
+        try:
+            tenants = get_attr(metadata, TENANTS_ATTRIBUTE)
+        except (KeyError, ValueError):
+            continue
+        if isinstance(tenants, int) and tenants > 1:
+            raise TacosError(
+                f"{et_set.path(rank)}: the traces hold {tenants} tenants' collectives together "
+                "(tacos-export --groups); check each with the bundle's schedule.json "
+                "(tacos verify BUNDLE/schedule.json)"
+            )
+
+
 def _collective_kind(et_set: EtSet) -> CollectiveKind:
     for rank, (metadata, _) in sorted(et_set.traces.items()):
         try:

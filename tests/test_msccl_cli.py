@@ -7,7 +7,7 @@ import json
 import pytest
 from paths import REFERENCE_DIR
 
-from tacos.cli import main
+from tacos.cli import export_main, main
 
 RING = REFERENCE_DIR / "msccl" / "exec_ag_ring_4ch1_LL.xml"
 pytestmark = pytest.mark.skipif(not RING.exists(), reason="no reference MSCCL XMLs")
@@ -54,3 +54,20 @@ def test_an_unsafe_file_is_a_one_line_error_with_exit_2(capsys, tmp_path):
 def test_schedule_options_do_not_apply(capsys):
     code, _, err = verify(capsys, RING, "--topology", "ring:4")
     assert code == 2 and "--topology and --collective apply to imported schedules" in err
+
+
+def test_tenants_are_one_program_each_and_each_checks_out(capsys, tmp_path):
+    """Two tenants are two communicators: an XML holds one collective over one of them, so
+    each tenant's program is its own file, its ranks numbered from 0 (the merged traffic had
+    failed its own check as one 8-rank All-Reduce)."""
+    out = tmp_path / "programs"
+    argv = ["--format", "msccl", "--topology", "dgx:2x4", "--collective", "all-reduce",
+            "--groups", "0-3;4-7"]  # fmt: skip
+    assert export_main([*argv, "-o", str(out)]) == 0, capsys.readouterr().err
+    files = sorted(out.iterdir())
+    assert [f.name[-12:] for f in files] == ["_tenant0.xml", "_tenant1.xml"]
+    for file in files:
+        code, text, _ = verify(capsys, file)
+        assert code == 0 and "OK: allreduce on 4 GPUs" in text, text
+    assert export_main([*argv, "-o", str(tmp_path / "one.xml")]) == 2
+    assert "give a directory for -o" in capsys.readouterr().err
