@@ -259,6 +259,13 @@ def _merge_into(root: Path, scratch: Path, written: list[str]) -> None:
     """
     stale = sorted(set(_ledger(root)) - set(written))
     _refuse_inputs([root / name for name in [*written, *stale]], root)
+    for name in [*written, *stale]:  # a linked folder would take tacos outside ``root``
+        for parent in PurePosixPath(name).parents[:-1]:
+            if (root / parent).is_symlink():
+                raise TacosError(
+                    f"{root / parent}: is a symbolic link; tacos writes and removes files only "
+                    "inside the output directory, so make it a plain directory"
+                )
     for name in written:
         target = root / name
         for parent in reversed(PurePosixPath(name).parents[:-1]):

@@ -438,3 +438,18 @@ def test_a_stop_right_after_the_scratch_is_made_still_removes_it(tmp_path, monke
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_of_the_bundle_linked_elsewhere_is_never_written_through(capsys, tmp_path):
+    out = tmp_path / "bundle"
+    argv = ["--format", "chakra", "--topology", "ring:8", "-o", str(out)]
+    assert run(capsys, *argv, entry=export_main)[0] == 0
+    elsewhere = tmp_path / "my-traces"
+    (out / "et").rename(elsewhere)
+    (out / "et").symlink_to(elsewhere)
+    (elsewhere / "tacos.7.et").write_bytes(b"edited by hand")
+    kept = snapshot(elsewhere)
+    argv[3] = "ring:4"  # this export no longer writes tacos.4-7.et: they would be removed
+    code, _, err = run(capsys, *argv, entry=export_main)
+    assert_refused(code, err, str(out / "et"), "symbolic link")
+    assert snapshot(elsewhere) == kept
