@@ -321,6 +321,13 @@ _pending_stop: list[int] = []
 """The stop signal received, pending until the command ends (see :func:`_raise_terminated`)."""
 
 
+def _given(text: str) -> str:
+    """A value that must say something: an empty one would silently mean the default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a value or leave the option out")
+    return text
+
+
 def _output_path(text: str) -> Path:
     """An ``-o`` value: argparse would turn an empty string into ``.``, the current directory."""
     if not text:
@@ -346,6 +353,7 @@ def _input_paths(args: argparse.Namespace) -> list[Path]:
 def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool = True) -> None:
     parser.add_argument(
         "--topology",
+        type=_given,
         default=None,
         help=f"spec (ring:8, mesh2d:4x4, torus3d:4x4x4, hypercube:3, ...) or a file: .csv/.json, "
         "ASTRA-sim network .yml, ns-3 .txt, htsim .topo "
@@ -353,11 +361,13 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
     )
     parser.add_argument(
         "--collective",
+        type=_given,
         default=None,
         help=f"{', '.join(k.value for k in CollectiveKind)} (default {DEFAULT_COLLECTIVE})",
     )
     parser.add_argument(
         "--chunk-size",
+        type=_given,
         default=None,
         help=f"bytes per chunk: 4096, 512KiB, 1MiB (default {DEFAULT_CHUNK_SIZE})",
     )
@@ -783,10 +793,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 "--chunk-size apply to schedules synthesized or imported here (or see "
                 "tacos simulate --link-model)"
             )
+        _refuse_synthesis_options(args, "--schedule, which is exported as it is")
         schedules, seconds = load_schedules(args.schedule), 0.0
         require_verified(schedules, args.schedule)
     elif args.import_from:
         import_format, source = args.import_from
+        _refuse_synthesis_options(args, f"--from {import_format}, which reads the schedule")
         schedules, seconds = [_import_schedule(import_format, Path(source), args)], 0.0
     else:
         schedules, seconds = _synthesize_from_args(args)
@@ -858,6 +870,19 @@ def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
         "carry their own sizes",
     )
     _add_cost_arguments(parser)
+
+
+SYNTHESIS_DEFAULTS = {"root": None, "fail_npus": None, "fail_links": None, "groups": None,
+                      "chunks_per_npu": None, "seed": 0, "policy": "rarest", "one_port": False,
+                      "engine": "auto", "tries": 1, "algorithm": DEFAULT_ALGORITHM}  # fmt: skip
+"""Options that shape a synthesis, at their defaults (a file read in takes none of them)."""
+
+
+def _refuse_synthesis_options(args: argparse.Namespace, where: str) -> None:
+    for name, default in SYNTHESIS_DEFAULTS.items():
+        if getattr(args, name, default) != default:
+            option = "--" + name.replace("_", "-")
+            raise TacosError(f"{option} applies to schedules synthesized here, not to {where}")
 
 
 def _refuse_import_arguments(args: argparse.Namespace, where: str) -> None:

@@ -173,10 +173,12 @@ def xgmi(nodes: int, gpus: int, options: Mapping[str, float]) -> Layout:
 def parse_options(spec: str, text: str) -> dict[str, float]:
     """``name=value,name=value`` as numbers (names checked later by the builder)."""
     options: dict[str, float] = {}
-    for item in filter(None, text.split(",")):
+    for item in text.split(",") if text else []:
         name, sep, value = item.partition("=")
         if not sep:
             raise TacosError(f"{spec!r}: option {item!r} must be name=value, e.g. nic=25")
+        if name.strip() in options:
+            raise TacosError(f"{spec!r}: option {name.strip()} is given twice; give it once")
         try:
             number = float(value)
         except ValueError:

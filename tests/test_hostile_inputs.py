@@ -367,3 +367,35 @@ def test_a_small_msccl_file_announcing_a_huge_buffer_is_checked_at_once_or_refus
         out, err = capsys.readouterr()
         assert code == code_wanted and message in out + err, out + err
         assert time.perf_counter() - started < 10.0
+
+
+@pytest.mark.parametrize(("entry", "argv", "message"), [
+    (main, ["synthesize", "--topology", ""], "argument --topology: is empty"),
+    (main, ["synthesize", "--collective", " "], "argument --collective: is empty"),
+    (main, ["synthesize", "--topology", "dgx:2x8,nic=1,nic=2"], "option nic is given twice"),
+    (main, ["synthesize", "--topology", "dgx:2x8,,"], "must be name=value"),
+])  # fmt: skip
+def test_an_option_that_says_nothing_or_twice_is_refused(capsys, entry, argv, message):
+    try:
+        code = entry(argv)
+    except SystemExit as stop:  # argparse's own refusals
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("option", [
+    ["--root", "3"], ["--groups", "0-1;2-3"], ["--fail-npus", "1"], ["--seed", "4"],
+    ["--algorithm", "ring"], ["--chunks-per-npu", "2"],
+])  # fmt: skip
+def test_synthesis_options_are_refused_where_a_schedule_is_read_not_synthesized(
+    capsys, tmp_path, option
+):
+    xml, schedule = tmp_path / "a.xml", tmp_path / "s.json"
+    made(capsys, "--format", "msccl", "--topology", "ring:4", "-o", str(xml))
+    made(capsys, "synthesize", "--topology", "ring:4", "-o", str(schedule), entry=main)
+    for source in (["--from", "msccl", str(xml)], ["--schedule", str(schedule)]):
+        started = time.perf_counter()
+        code = export_main([*source, *option, "--format", "json", "-o", str(tmp_path / "o")])
+        assert_one_line_fast(code, capsys.readouterr().err, f"{option[0]} applies to", started)
+    assert not (tmp_path / "o").exists()
