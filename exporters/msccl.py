@@ -156,6 +156,8 @@ def check_target(out: Path, options: MscclOptions) -> None:
     """``-o FILE.xml``, or a directory that gets ``<algorithm name>.xml``."""
     if out.suffix.lower() == ".xml":
         check_file_target(out)
+    elif out.exists() and not out.is_dir():
+        raise TacosError(f"{out}: is not a directory or a .xml file; give -o a .xml file name")
     else:
         check_file_in_directory(out)
 

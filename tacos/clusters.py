@@ -210,7 +210,8 @@ def _options(
 
 def _check_servers(spec: str, nodes: int, gpus: int) -> None:
     if nodes < 1 or gpus < 1 or nodes * gpus < 2:
-        raise TacosError(f"{spec}: needs at least 1 server and 2 GPUs in all, e.g. dgx:2x8")
+        kind = spec.split(":")[0]
+        raise TacosError(f"{spec}: needs at least 1 server and 2 GPUs in all, e.g. {kind}:2x8")
 
 
 def _check_size(spec: str, nodes: int, links: int) -> None:

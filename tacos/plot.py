@@ -35,7 +35,7 @@ import numpy as np
 
 from tacos.errors import TacosError
 from tacos.output import write_bytes_atomic
-from tacos.schedule import Schedule
+from tacos.schedule import Schedule, load_schedules, merge_tenants
 from tacos.sweep import TABLE_NAME, Row, dimensions, read_table
 from tacos.topology import Topology
 from tacos.verify import require_verified
@@ -90,9 +90,9 @@ def plot_file(
             raise TacosError(f"{source}: no results table rows (is {TABLE_NAME} there?)")
         figure = sweep_figure(rows, str(source))
     else:
-        schedule = Schedule.load(source)
-        require_verified([schedule], source)
-        figure = schedule_figure(schedule, kind=kind, color_by=color_by)
+        schedules = load_schedules(source)  # tenants: their traffic drawn together
+        require_verified(schedules, source)
+        figure = schedule_figure(merge_tenants(schedules), kind=kind, color_by=color_by)
     save_figure(figure, output)
 
 

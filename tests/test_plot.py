@@ -211,3 +211,13 @@ def test_bad_plot_requests_are_one_line_and_exit_2(schedule, tmp_path, capsys, a
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not list(tmp_path.glob("*.png")) + list(tmp_path.glob("*.gif"))
+
+
+def test_tenants_are_drawn_together(tmp_path):
+    """A schedule set (tenants) is drawn as the traffic they make together, once each
+    tenant's schedule verifies."""
+    schedules = tmp_path / "tenants.json"
+    assert main(["synthesize", "--topology", "dgx:2x4", "--collective", "all-reduce",
+                 "--groups", "0-3;4-7", "-o", str(schedules)]) == 0  # fmt: skip
+    assert main(["plot", str(schedules), "-o", str(tmp_path / "tenants.png")]) == 0
+    assert (tmp_path / "tenants.png").stat().st_size > 0
