@@ -381,11 +381,14 @@ def _add_problem_arguments(parser: argparse.ArgumentParser, *, with_seed: bool =
     parser.add_argument(
         "--bandwidth",
         type=float,
-        default=DEFAULT_BANDWIDTH_GBPS,
-        help="GB/s (2^30) of generated links",
+        default=None,
+        help=f"GB/s (2^30) of generated links (default {DEFAULT_BANDWIDTH_GBPS:g})",
     )
     parser.add_argument(
-        "--latency", type=float, default=DEFAULT_LATENCY_US, help="microseconds of generated links"
+        "--latency",
+        type=float,
+        default=None,
+        help=f"microseconds of generated links (default {DEFAULT_LATENCY_US:g})",
     )
     _add_cost_arguments(parser)
     parser.add_argument("--root", type=int, default=None, help="root NPU of broadcast/reduce/"
@@ -457,9 +460,7 @@ def _cost_choice(args: argparse.Namespace) -> CostChoice:
 
 def _problem(args: argparse.Namespace) -> tuple[Topology, list[Collective]]:
     """The topology (minus failures) and one collective per tenant group."""
-    topology = load_topology(
-        args.topology or DEFAULT_TOPOLOGY, bandwidth_GBps=args.bandwidth, latency_us=args.latency
-    )
+    topology = _topology_of(args, args.topology or DEFAULT_TOPOLOGY)
     cost = _cost_choice(args)
     if cost.given:
         topology = topology.with_cost(cost.apply(topology.cost))
@@ -836,7 +837,7 @@ def _export_workload(args: argparse.Namespace) -> int:
         raise TacosError("--workload needs --topology NET: the network the workload runs on")
     options = writer.options_from_args(args)
     writer.check_target(args.output, options)
-    topology = load_topology(args.topology, bandwidth_GBps=args.bandwidth, latency_us=args.latency)
+    topology = _topology_of(args, args.topology)
     network = analytical_network_file(args.topology)
     workload = read_workload(args.workload, topology.num_npus, options.comm_groups)
     started = time.perf_counter()
@@ -893,15 +894,31 @@ def _refuse_import_arguments(args: argparse.Namespace, where: str) -> None:
         )
 
 
+def _topology_of(args: argparse.Namespace, spec_or_path: str) -> Topology:
+    """``--topology``, its links at ``--bandwidth`` and ``--latency`` where it is generated
+    from a spec that takes them; anywhere else, giving either is refused, not ignored."""
+    bandwidth, latency = getattr(args, "bandwidth", None), getattr(args, "latency", None)
+    kind = spec_or_path.split(":")[0].strip().lower() if is_spec(spec_or_path) else None
+    if (bandwidth is not None or latency is not None) and kind in (None, *SPEEDS_IN_OPTIONS):
+        example = f", e.g. {kind}:2x8,nic=25" if kind else ""
+        raise TacosError(
+            f"{spec_or_path}: --bandwidth and --latency set the links of generated topologies "
+            f"(ring:8, mesh2d:4x4, fat-tree:4, ...); this one sets its own{example}"
+        )
+    return load_topology(
+        spec_or_path,
+        bandwidth_GBps=DEFAULT_BANDWIDTH_GBPS if bandwidth is None else bandwidth,
+        latency_us=DEFAULT_LATENCY_US if latency is None else latency,
+    )
+
+
+SPEEDS_IN_OPTIONS = ("dgx", "xgmi")
+"""Cluster specs whose every tier's speed is an option of the spec itself."""
+
+
 def _import_schedule(import_format: str, source: Path, args: argparse.Namespace) -> Schedule:
     """Read a schedule with an importer; --topology/--collective as the command line gives them."""
-    topology = None
-    if args.topology:
-        topology = load_topology(
-            args.topology,
-            bandwidth_GBps=getattr(args, "bandwidth", DEFAULT_BANDWIDTH_GBPS),
-            latency_us=getattr(args, "latency", DEFAULT_LATENCY_US),
-        )
+    topology = _topology_of(args, args.topology) if args.topology else None
     kind = CollectiveKind.parse(args.collective) if args.collective else None
     chunk_bytes = parse_size(args.chunk_size) if args.chunk_size else None
     return import_schedule(

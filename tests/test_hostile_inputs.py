@@ -399,3 +399,16 @@ def test_synthesis_options_are_refused_where_a_schedule_is_read_not_synthesized(
         code = export_main([*source, *option, "--format", "json", "-o", str(tmp_path / "o")])
         assert_one_line_fast(code, capsys.readouterr().err, f"{option[0]} applies to", started)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("topology", ["dgx:2x4", "xgmi:2x4", "{file}"])
+def test_link_speeds_for_a_topology_that_sets_its_own_are_refused_not_ignored(
+    capsys, tmp_path, topology
+):
+    made(capsys, "synthesize", "--topology", "ring:4", "-o", str(tmp_path / "s.json"), entry=main)
+    topology = topology.format(file=tmp_path / "s.json")
+    for option in (["--bandwidth", "10"], ["--latency", "2"]):
+        started = time.perf_counter()
+        code = main(["synthesize", "--topology", topology, *option])
+        assert_one_line_fast(code, capsys.readouterr().err, "sets its own", started)
+    assert main(["synthesize", "--topology", "fat-tree:4", "--bandwidth", "10", "-q"]) == 0
