@@ -191,7 +191,9 @@ class _Reader:
             )
         value = float(match["number"]) * units[match["unit"]]
         if not (math.isfinite(value) and value >= 0):
-            raise TacosError(f"{self.source}: line {self.line}: {what} {word!r} must be >= 0")
+            raise TacosError(
+                f"{self.source}: line {self.line}: {what} {word!r} must be a finite number >= 0"
+            )
         return value
 
     def expect_end(self, what: str) -> None:

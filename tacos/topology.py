@@ -115,20 +115,20 @@ class Topology:
 
     def __post_init__(self) -> None:
         if self.num_npus < 1:
-            raise TacosError(f"topology {self.name!r}: needs at least one NPU")
+            raise TacosError(f"{_called(self.name)}: needs at least one NPU")
         if self.num_switches < 0:
-            raise TacosError(f"topology {self.name!r}: negative switch count")
+            raise TacosError(f"{_called(self.name)}: negative switch count")
         for index, link in enumerate(self.links):
             _check_link(link, index, self.num_nodes, self.name)
         if self.original_ids and len(self.original_ids) != self.num_nodes:
-            raise TacosError(f"topology {self.name!r}: original_ids must name every node")
+            raise TacosError(f"{_called(self.name)}: original_ids must name every node")
         if (
             self.structure
             and self.structure.dims
             and math.prod(self.structure.dims) != self.num_npus
         ):
             raise TacosError(
-                f"topology {self.name!r}: structure dims {list(self.structure.dims)} do not "
+                f"{_called(self.name)}: structure dims {list(self.structure.dims)} do not "
                 f"multiply to its {self.num_npus} NPUs"
             )
 
@@ -170,7 +170,7 @@ class Topology:
             index = next(i for i, t in enumerate(times) if not t <= MAX_LINK_TIME_US)
             link = self.links[index]
             raise TacosError(
-                f"topology {self.name!r} link {index} ({link.src}->{link.dst}): moving "
+                f"{_called(self.name)} link {index} ({link.src}->{link.dst}): moving "
                 f"{nbytes} bytes at {link.bandwidth_GBps:g} GB/s after {link.latency_us:g} us "
                 f"takes more than {MAX_LINK_TIME_US:g} us; use realistic values"
             )
@@ -195,7 +195,7 @@ class Topology:
         reduce_us = self.cost.reduce_us(nbytes)
         if not reduce_us <= MAX_LINK_TIME_US:
             raise TacosError(
-                f"topology {self.name!r}: reducing {nbytes} bytes at "
+                f"{_called(self.name)}: reducing {nbytes} bytes at "
                 f"{self.cost.reduce_bandwidth_GBps:g} GB/s takes more than "
                 f"{MAX_LINK_TIME_US:g} us; use a realistic reduce bandwidth"
             )
@@ -285,13 +285,13 @@ class Topology:
         for rank in ranks[1:]:
             if not reach_from_root[rank]:
                 raise TacosError(
-                    f"topology {self.name!r} is disconnected: NPU {self.label(rank)} cannot be "
+                    f"{_called(self.name)} is disconnected: NPU {self.label(rank)} cannot be "
                     f"reached from NPU {self.label(root)}; add links so that every NPU reaches "
                     "every other"
                 )
             if not reach_to_root[rank]:
                 raise TacosError(
-                    f"topology {self.name!r} is disconnected: NPU {self.label(root)} cannot be "
+                    f"{_called(self.name)} is disconnected: NPU {self.label(root)} cannot be "
                     f"reached from NPU {self.label(rank)}; add links so that every NPU reaches "
                     "every other"
                 )
@@ -486,15 +486,21 @@ class Topology:
         original = data.get("original_ids", [])
         if not isinstance(original, list):
             raise TacosError(f"{source}: original_ids must be a list of node ids")
-        return cls(
-            npus,
-            tuple(links),
-            switches,
-            str(data.get("name", "")),
-            tuple(_as_int(x, f"{source}: original_ids") for x in original),
-            _structure_from_json(data.get("structure"), f"{source}: structure"),
-            CostModel.from_dict(data.get("cost", {}), f"{source}: cost"),
-        )
+        name = str(data.get("name", ""))
+        try:
+            return cls(
+                npus,
+                tuple(links),
+                switches,
+                name,
+                tuple(_as_int(x, f"{source}: original_ids") for x in original),
+                _structure_from_json(data.get("structure"), f"{source}: structure"),
+                CostModel.from_dict(data.get("cost", {}), f"{source}: cost"),
+            )
+        except TacosError as err:  # the checks of the whole name the topology, not the file
+            if str(err).startswith(source):
+                raise
+            raise TacosError(f"{source}: {err}") from None
 
 
 _JSON_FIELDS = (
@@ -704,8 +710,13 @@ def _parse_link(fields: Sequence[Any], where: str) -> Link:
     return Link(src, dst, bandwidth, latency)
 
 
+def _called(name: str) -> str:
+    """How an error names a topology: by its name, if it has one."""
+    return f"topology {name!r}" if name else "the topology"
+
+
 def _check_link(link: Link, index: int, num_nodes: int, name: str) -> None:
-    where = f"topology {name!r} link {index} ({link.src}->{link.dst})"
+    where = f"{_called(name)} link {index} ({link.src}->{link.dst})"
     for end in (link.src, link.dst):
         if not (isinstance(end, int) and 0 <= end < num_nodes):
             raise TacosError(f"{where}: node {end} is not in 0..{num_nodes - 1}")
