@@ -500,3 +500,21 @@ def test_unlabelled_traces_of_correct_schedules_never_fail(tmp_path, spec, kind)
         write_et(tmp_path / f"bare.{rank}.et", metadata, nodes)
     imported = import_schedule(tmp_path / "bare", topology=topology)
     assert tacos.verify(imported).ok or imported.meta["lineage_guesses"]
+
+
+def test_reductions_of_a_thousand_seconds_still_verify(tmp_path):
+    """At 7e9 us a relative rounding slack of 1e-9 is 7 us: it had put an arrival before
+    departures that came first, and the reference All-Reduce failed its own check."""
+    from tacos.formats.chakra import read_et, write_et
+    from tacos.importers.chakra import import_schedule
+
+    for rank in range(8):
+        metadata, nodes = read_et(f"{CUSTOM}.{rank}.et")
+        for node in nodes:
+            if node.type == 4:  # COMP_NODE: the reductions
+                node.duration_micros = 10**9
+        write_et(tmp_path / f"slow.{rank}.et", metadata, nodes)
+    schedule = import_schedule(tmp_path / "slow")
+    assert schedule.collective_time_us > 7e9
+    report = tacos.verify(schedule)
+    assert report.ok, report.summary()
