@@ -129,6 +129,13 @@ class WorkloadOptions:
         )
 
 
+def _binary(text: str) -> Path:
+    """``--measure-with``: a path with a ``/`` in it (``./astra_sim``) is taken from where the
+    command runs, since the measurements run in a scratch folder; a bare name is looked up
+    on PATH."""
+    return Path(text).absolute() if "/" in text else Path(text)
+
+
 def add_arguments(parser: ArgumentAdder) -> None:
     parser.add_argument(
         "--workload",
@@ -158,7 +165,7 @@ def add_arguments(parser: ArgumentAdder) -> None:
     )
     parser.add_argument(
         "--measure-with",
-        type=Path,
+        type=_binary,
         metavar="BINARY",
         help="run each collective on every NPU alone on this ASTRA-sim binary, with each "
         "native algorithm and with its synthesized ET, and leave it to the native algorithm "

@@ -24,6 +24,7 @@ from tacos.collective import Collective, CollectiveKind, parse_size
 from tacos.errors import TacosError
 from tacos.failures import parse_groups, parse_ids, parse_links, to_current_ids, without_failures
 from tacos.importers.base import TopologyImport
+from tacos.inputfile import require_file
 from tacos.linkmodel import LINK_MODELS, CostChoice
 from tacos.output import check_file_target, protect_inputs
 from tacos.plot import COLOR_BY, PLOT_KINDS, plot_file
@@ -42,6 +43,7 @@ from tacos.registry import (
 )
 from tacos.schedule import Op, Schedule, load_schedules, merge_tenants, save_schedules
 from tacos.simulate import simulate
+from tacos.stream import MAGIC as STREAM_MAGIC
 from tacos.stream import stream_all_gather
 from tacos.sweep import load_spec, plan_sweep, run_sweep
 from tacos.synthesizer import (
@@ -236,6 +238,16 @@ def _path_error(err: OSError) -> str:
     return f"{path}: {err.strerror}; give another path"
 
 
+_HUGE_NUMBER = (
+    "an input holds a number of more than 4,300 digits, which no count, id or size "
+    "comes near; check the options and files given"
+)
+_OUT_OF_MEMORY = (
+    "this problem needs more memory than the machine has; use a smaller network, fewer "
+    "chunks or fewer ranks"
+)
+
+
 def _stop_retrying() -> None:
     """The stop is handled: no timer raises it again."""
     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -301,6 +313,14 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
             if stop is None:
                 raise
             raise stop from None
+        except ValueError as err:  # Python refuses to read integers of over 4,300 digits
+            if "integer string conversion" not in str(err):
+                raise
+            print(f"{parser.prog}: error: {_HUGE_NUMBER}", file=sys.stderr)
+            return EXIT_INPUT_ERROR
+        except MemoryError:
+            print(f"{parser.prog}: error: {_OUT_OF_MEMORY}", file=sys.stderr)
+            return EXIT_INPUT_ERROR
     except _Terminated as stop:  # outside the handlers above: a stop may land in one
         _stop_retrying()
         print(f"{parser.prog}: {signal.Signals(stop.signum).name}, stopped", file=sys.stderr)
@@ -702,7 +722,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 0 if result.ok else 1
     if args.format == "json":
         _refuse_import_arguments(args, "with --format json")
-        schedules = load_schedules(args.file)
+        schedules = _schedules_in(args.file)
     else:
         schedules = [_import_schedule(args.format, args.file, args)]
     reports = [verify(schedule) for schedule in schedules]
@@ -743,7 +763,7 @@ def _verdict(schedule: Schedule, report: VerificationReport) -> tuple[str, str]:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    schedule = merge_tenants(load_schedules(args.file))
+    schedule = merge_tenants(_schedules_in(args.file))
     if args.sends_in_flight is not None and args.sends_in_flight < 1:
         raise TacosError("--sends-in-flight must be at least 1")
     cost = _cost_choice(args).apply(schedule.topology.cost)
@@ -780,6 +800,7 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    _refuse_other_formats_options(args)
     if args.workload:
         return _export_workload(args)
     writer = writers()[args.format]
@@ -795,11 +816,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 "tacos simulate --link-model)"
             )
         _refuse_synthesis_options(args, "--schedule, which is exported as it is")
-        schedules, seconds = load_schedules(args.schedule), 0.0
+        _refuse_link_speeds(args, "--schedule, whose topology is in the file")
+        schedules, seconds = _schedules_in(args.schedule), 0.0
         require_verified(schedules, args.schedule)
     elif args.import_from:
         import_format, source = args.import_from
         _refuse_synthesis_options(args, f"--from {import_format}, which reads the schedule")
+        if not args.topology:
+            _refuse_link_speeds(args, f"--from {import_format} without --topology")
         schedules, seconds = [_import_schedule(import_format, Path(source), args)], 0.0
     else:
         schedules, seconds = _synthesize_from_args(args)
@@ -815,6 +839,31 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"  note: {note}")
     return 0
+
+
+def _refuse_other_formats_options(args: argparse.Namespace) -> None:
+    """An option of another format (``--nchannels`` with ``--format json``), or of workload
+    bundles without ``--workload``, is refused rather than ignored."""
+    mine = [writers()[args.format].add_arguments]
+    if args.workload and args.format in workload_writers():
+        mine.append(workload_writers()[args.format].add_arguments)
+    allowed = {dest for adder in mine for dest in _option_defaults(adder)}
+    others = [(name, w.add_arguments, "format") for name, w in writers().items()] + [
+        (name, w.add_arguments, "workload bundle") for name, w in workload_writers().items()
+    ]
+    for name, adder, what in others:
+        for dest, default in _option_defaults(adder).items():
+            if dest not in allowed and getattr(args, dest, default) != default:
+                option = "--" + dest.replace("_", "-")
+                where = f"--format {args.format}" + (" --workload" if args.workload else "")
+                raise TacosError(f"{option} is an option of the {name} {what}, not of {where}")
+
+
+def _option_defaults(add_arguments: Callable[[Any], None]) -> dict[str, Any]:
+    """The options a format adds, each with its default (read off a parser of its own)."""
+    probe = argparse.ArgumentParser(add_help=False)
+    add_arguments(probe)
+    return vars(probe.parse_args([]))
 
 
 WORKLOAD_CONFLICTS = ("schedule", "import_from", "collective", "groups", "fail_npus",
@@ -867,8 +916,8 @@ def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chunk-size",
         default=None,
-        help=f"MSCCL XML: bytes per chunk (default {DEFAULT_CHUNK_SIZE}); Chakra messages "
-        "carry their own sizes",
+        help=f"bytes per chunk of MSCCL XML read as a schedule (import, tacos-export --from; "
+        f"default {DEFAULT_CHUNK_SIZE}); Chakra messages carry their own sizes",
     )
     _add_cost_arguments(parser)
 
@@ -884,6 +933,12 @@ def _refuse_synthesis_options(args: argparse.Namespace, where: str) -> None:
         if getattr(args, name, default) != default:
             option = "--" + name.replace("_", "-")
             raise TacosError(f"{option} applies to schedules synthesized here, not to {where}")
+
+
+def _refuse_link_speeds(args: argparse.Namespace, where: str) -> None:
+    for option in ("bandwidth", "latency"):
+        if getattr(args, option, None) is not None:
+            raise TacosError(f"--{option} sets the links of a generated --topology, not {where}")
 
 
 def _refuse_import_arguments(args: argparse.Namespace, where: str) -> None:
@@ -994,6 +1049,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"{done} already in {outcome.table}" + (note if skipped else "")
     )
     return 0
+
+
+def _schedules_in(path: Path) -> list[Schedule]:
+    """The schedules of a schedule JSON or schedule-set file; a transfer stream (``--stream``)
+    is named as what it is (it is read in Python: :func:`tacos.stream.to_table`)."""
+    require_file(path, "schedule")
+    try:
+        with open(path, "rb") as handle:
+            streamed = handle.read(len(STREAM_MAGIC)) == STREAM_MAGIC.encode("ascii")
+    except OSError:
+        streamed = False  # load_schedules says why it cannot read the file
+    if streamed:
+        raise TacosError(
+            f"{path}: is a transfer stream (tacos synthesize --stream), not a schedule JSON; "
+            "load it in Python with tacos.stream.to_table"
+        )
+    return load_schedules(path)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ def load_json(path: str | Path, what: str) -> Any:
     path = Path(path)
     require_file(path, what)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark, as Windows tools write
     except (OSError, UnicodeDecodeError) as err:
         raise TacosError(f"{path}: cannot read {what}: {err}") from None
     return parse_json(text, str(path))

@@ -12,8 +12,11 @@ from tacos.errors import TacosError
 
 MAX_NODES = 2_000_000
 """NPUs plus switches: 50 times the TACOS paper's largest network."""
-MAX_LINKS = 20_000_000
-"""Directed links (a Link object and its indices take about 200 bytes: 4 GB at this limit)."""
+MAX_LINKS = 5_000_000
+"""Directed links: a Link object and its indices take about 200 bytes, and bounding a
+collective on xgmi:1x2000 (4 million links) took 31 s and 1.7 GB; at 20 million it ran past
+two minutes and 6 GB. The largest networks tacos is for (a 40,000-NPU mesh, a 64-ary fat tree)
+have under 400,000."""
 
 MAX_CHUNK_DELIVERIES = 4_000_000_000
 """Ranks times chunks: the synthesizer's holdings are a bit per (node, chunk), so this is

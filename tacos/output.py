@@ -84,7 +84,13 @@ def check_file_target(path: Path) -> Path:
     """
     if str(path) == "":
         raise TacosError("the output path is empty; give a file name")
-    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    linked = Path(path).is_symlink()
+    target = Path(path).resolve() if linked else Path(path)
+    if linked and not target.parent.is_dir():  # tacos makes folders for -o, not for links
+        raise TacosError(
+            f"{path}: is a symbolic link into {target.parent}, which does not exist; "
+            "fix the link or give another path"
+        )
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:

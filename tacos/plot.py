@@ -102,7 +102,8 @@ def save_figure(figure: Figure, output: str | Path) -> None:
 
     output = Path(output)
     fmt = FORMATS[output.suffix.lower()]
-    metadata = {"Date": None} if fmt in ("svg", "pdf") else {"Software": None}
+    # The date each backend would stamp (PDF calls it CreationDate) is left out.
+    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt, {"Software": None})
     buffer = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "tacos"}):
         figure.savefig(buffer, format=fmt, dpi=110, metadata=metadata)

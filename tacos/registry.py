@@ -28,6 +28,7 @@ from tacos.importers import chakra as chakra_reader
 from tacos.importers import msccl as msccl_reader
 from tacos.importers import workload as workload_reader
 from tacos.importers.base import Checker, ScheduleReader, TopologyImport, TopologyReader
+from tacos.inputfile import require_file
 from tacos.linkmodel import KEEP_COST, CostChoice
 from tacos.schedule import Schedule
 from tacos.topology import (
@@ -119,10 +120,11 @@ def import_topology(path: str | Path) -> TopologyImport:
     if entry is None or entry.topology_reader is None:
         known = ", ".join(s for f in FORMATS if f.topology_reader for s in f.suffixes)
         raise TacosError(f"{path}: no topology importer reads this file; use one of {known}")
+    require_file(path, "topology")
     if not path.is_file():
         raise TacosError(f"{path}: no such topology file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # editors on Windows add a byte order mark
     except (OSError, UnicodeDecodeError) as err:
         raise TacosError(f"{path}: cannot read: {err}") from None
     return entry.topology_reader(text, str(path))

@@ -45,6 +45,7 @@ import logging
 import math
 import multiprocessing
 import os
+import re
 import signal
 import threading
 import time
@@ -533,8 +534,14 @@ def run_sweep(
     """
     if jobs is not None and jobs < 1:
         raise TacosError(f"--jobs must be at least 1, got {jobs}")
-    if address and scheduler != "dask":
-        raise TacosError("--address names a Dask scheduler; add --scheduler dask")
+    if address is not None:
+        if scheduler != "dask":
+            raise TacosError("--address names a Dask scheduler; add --scheduler dask")
+        if not _DASK_ADDRESS.match(address):
+            raise TacosError(
+                f"--address {address[:80]!r} is not a Dask scheduler address; "
+                "write it as tcp://HOST:PORT (or tls://, ws://, wss://, ucx://)"
+            )
     computed: list[str] = []
     errors = 0
     with _only_sweep_writing(plan.table):
@@ -637,6 +644,10 @@ def _terminate_workers() -> None:
         process.terminate()
 
 
+_DASK_ADDRESS = re.compile(r"^(tcp|tls|ws|wss|ucx)://([\w.-]+|\[[0-9a-fA-F:.]+\]):\d{1,5}$")
+"""A scheduler address Dask's client connects to: a protocol, a host and a port."""
+
+
 def _dask_rows(
     points: Sequence[SweepPoint], workers: int, address: str | None
 ) -> Generator[Row, None, None]:
@@ -651,7 +662,7 @@ def _dask_rows(
         if address:
             try:
                 client = stack.enter_context(Client(address, timeout="20s"))
-            except (OSError, TimeoutError) as err:
+            except (OSError, TimeoutError, ValueError) as err:
                 raise TacosError(f"cannot reach the Dask scheduler at {address}: {err}") from None
         else:
             with _children_ignore_ctrl_c():

@@ -161,6 +161,14 @@ def test_a_fifo_or_a_directory_is_never_replaced_by_a_file(capsys, tmp_path, ent
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([fifo.name, folder.name])
 
 
+def test_a_link_into_a_folder_that_does_not_exist_is_refused_not_followed(capsys, tmp_path):
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "nowhere" / "deeper" / "x.json")
+    code, _, err = run(capsys, "synthesize", "--topology", "ring:4", "-o", str(link))
+    assert_refused(code, err, str(link), "does not exist")
+    assert not (tmp_path / "nowhere").exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
 def test_a_device_is_never_replaced(capsys, tmp_path):
     device = tmp_path / "null"

@@ -221,3 +221,15 @@ def test_tenants_are_drawn_together(tmp_path):
                  "--groups", "0-3;4-7", "-o", str(schedules)]) == 0  # fmt: skip
     assert main(["plot", str(schedules), "-o", str(tmp_path / "tenants.png")]) == 0
     assert (tmp_path / "tenants.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf"])
+def test_a_plot_is_the_same_file_every_time(tmp_path, suffix):
+    schedule = tmp_path / "s.json"
+    assert main(["synthesize", "--topology", "ring:4", "-o", str(schedule), "-q"]) == 0
+    made = []
+    for name in ("a", "b"):
+        assert main(["plot", str(schedule), "-o", str(tmp_path / f"{name}{suffix}")]) == 0
+        made.append((tmp_path / f"{name}{suffix}").read_bytes())
+        time.sleep(1.1)  # a date stamp would now differ
+    assert made[0] == made[1]

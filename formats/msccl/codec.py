@@ -46,7 +46,7 @@ def load(source: str | Path | bytes, name: str | None = None) -> Algorithm:
         except OSError as err:
             raise TacosError(f"{where}: cannot read MSCCL XML: {err.strerror or err}") from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte order mark first is read past
     except UnicodeDecodeError as err:
         raise TacosError(
             f"{where}: not UTF-8 text (byte {err.start}); MSCCL XML is ASCII"
