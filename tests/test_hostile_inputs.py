@@ -412,3 +412,61 @@ def test_link_speeds_for_a_topology_that_sets_its_own_are_refused_not_ignored(
         code = main(["synthesize", "--topology", topology, *option])
         assert_one_line_fast(code, capsys.readouterr().err, "sets its own", started)
     assert main(["synthesize", "--topology", "fat-tree:4", "--bandwidth", "10", "-q"]) == 0
+
+
+def test_a_number_of_thousands_of_digits_is_one_line(capsys, tmp_path):
+    huge = "1" * 5000  # Python refuses to read an int of over 4,300 digits
+    groups = tmp_path / "g.json"
+    groups.write_text(f"[[0, 1], [2, {huge}]]")
+    for option in (["--fail-npus", huge], ["--groups", str(groups)]):
+        started = time.perf_counter()
+        code = main(["synthesize", "--topology", "ring:4", *option])
+        assert_one_line_fast(code, capsys.readouterr().err, "more than 4,300 digits", started)
+
+
+@pytest.mark.parametrize(
+    "address", ["nonsense", "tcp://", "http://127.0.0.1:8786", "tcp://[::1", ""]
+)
+def test_a_malformed_dask_address_is_refused_before_the_sweep_writes(capsys, tmp_path, address):
+    spec = tmp_path / "grid.yaml"
+    spec.write_text(
+        "topologies: [ring:4]\ncollectives: [all-gather]\nchunk_sizes: [1MiB]\n"
+        "chunks_per_npu: [1]\nseeds: [0]\n"
+    )
+    started = time.perf_counter()
+    code = main(["sweep", str(spec), "-o", str(tmp_path / "out"), "--scheduler", "dask",
+                 "--address", address, "-q"])  # fmt: skip
+    assert_one_line_fast(code, capsys.readouterr().err, "not a Dask scheduler address", started)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--format", "json", "--nchannels", "2"], "--nchannels is an option of the msccl format"),
+    (["--format", "chakra", "--measure-with", "x"], "of the chakra workload bundle"),
+    (["--format", "msccl", "--force"], "--force is an option of the chakra format"),
+])  # fmt: skip
+def test_an_option_of_another_format_is_refused_not_ignored(capsys, tmp_path, argv, message):
+    started = time.perf_counter()
+    code = export_main([*argv, "--topology", "ring:4", "-o", str(tmp_path / "o")])
+    assert_one_line_fast(code, capsys.readouterr().err, message, started)
+
+
+def test_a_transfer_stream_given_as_a_schedule_is_named(capsys, tmp_path):
+    stream = tmp_path / "ag.bin"
+    made(capsys, "synthesize", "--topology", "ring:4", "--collective", "all-gather",
+         "--stream", str(stream), entry=main)  # fmt: skip
+    for entry, argv in ((main, ["verify", str(stream)]), (main, ["simulate", str(stream)]),
+                        (export_main, ["--schedule", str(stream), "--format", "json",
+                                       "-o", str(tmp_path / "o.json")])):  # fmt: skip
+        started = time.perf_counter()
+        code = entry(argv)
+        assert_one_line_fast(code, capsys.readouterr().err, "is a transfer stream", started)
+
+
+def test_files_starting_with_a_byte_order_mark_are_read(capsys, tmp_path):
+    schedule, xml = tmp_path / "s.json", tmp_path / "a.xml"
+    made(capsys, "synthesize", "--topology", "ring:4", "-o", str(schedule), entry=main)
+    made(capsys, "--format", "msccl", "--topology", "ring:4", "-o", str(xml))
+    for path, argv in ((schedule, ["verify"]), (xml, ["verify", "--format", "msccl"])):
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+        assert main([*argv, str(path)]) == 0, capsys.readouterr().err
