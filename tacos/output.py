@@ -39,11 +39,13 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from tacos.errors import TacosError
 
@@ -147,20 +149,43 @@ def check_named_file(path: Path, signatures: tuple[bytes, ...]) -> Path:
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def _hold_stops() -> set[int | signal.Signals]:
-    """Hold ^C, SIGTERM and SIGHUP back (the signal mask before, for :func:`_release_stops`).
+@dataclass
+class _Held:
+    """What :func:`_hold_stops` changed, for :func:`_release_stops` to put back."""
+
+    mask: set[int | signal.Signals]
+    handlers: dict[int, Any]
+    arrived: list[int]
+
+
+def _hold_stops() -> _Held:
+    """Hold ^C, SIGTERM and SIGHUP back until :func:`_release_stops`.
 
     A scratch file or directory is made, then its cleanup takes over; a stop
     landing in between (the command line turns it into an exception where the
     program is) would leave the scratch behind. Held, it lands once the cleanup
-    is in place.
+    is in place. The signal mask holds a signal for this thread only: another
+    thread (a progress bar's monitor) takes it instead, and Python then runs the
+    handler here at once. So in the main thread, where handlers run, each is
+    also swapped for one that notes what came.
     """
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    held = _Held(signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS), {}, [])
+    if threading.current_thread() is threading.main_thread():
+        for signum in _STOP_SIGNALS:
+            if signal.getsignal(signum) is not None:  # None: set outside Python, kept as is
+                held.handlers[signum] = signal.signal(
+                    signum, lambda got, _: held.arrived.append(got)
+                )
+    return held
 
 
-def _release_stops(mask: set[int | signal.Signals]) -> None:
+def _release_stops(held: _Held) -> None:
     """Let the stops held by :func:`_hold_stops` land (any that came meanwhile, now)."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for signum, handler in held.handlers.items():
+        signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held.mask)
+    for signum in held.arrived:
+        signal.raise_signal(signum)
 
 
 @contextmanager
