@@ -836,35 +836,39 @@ def _transfers(
 def _refuse_tenants(et_set: EtSet) -> None:
     """Traces of several tenants (``tacos-export --groups``) run one collective per tenant,
     which no single collective describes: read as one, they would fail its check."""
-    for rank, (metadata, _) in sorted(et_set.traces.items()):
-        try:
-            tenants = get_attr(metadata, TENANTS_ATTRIBUTE)
-        except (KeyError, ValueError):
-            continue
-        if isinstance(tenants, int) and tenants > 1:
-            raise TacosError(
-                f"{et_set.path(rank)}: the traces hold {tenants} tenants' collectives together "
-                "(tacos-export --groups); check each with the bundle's schedule.json "
-                "(tacos verify BUNDLE/schedule.json)"
-            )
+    rank, tenants = _metadata_attr(et_set, TENANTS_ATTRIBUTE) or (0, None)
+    if isinstance(tenants, int) and tenants > 1:
+        raise TacosError(
+            f"{et_set.path(rank)}: the traces hold {tenants} tenants' collectives together "
+            "(tacos-export --groups); check each with the bundle's schedule.json "
+            "(tacos verify BUNDLE/schedule.json)"
+        )
 
 
 def _collective_kind(et_set: EtSet) -> CollectiveKind:
+    found = _metadata_attr(et_set, "collective")
+    if found is None:
+        raise TacosError(
+            f"{et_set.prefix}: the traces do not say which collective they implement (no "
+            "'collective' attribute in their GlobalMetadata); pass --collective"
+        )
+    rank, value = found
+    try:
+        return CollectiveKind.parse(str(value))
+    except TacosError as err:
+        raise TacosError(f"{et_set.path(rank)}: GlobalMetadata 'collective': {err}") from None
+
+
+def _metadata_attr(et_set: EtSet, name: str) -> tuple[int, object] | None:
+    """The first rank (by number) whose GlobalMetadata has attribute ``name``, and its value."""
     for rank, (metadata, _) in sorted(et_set.traces.items()):
         try:
-            value = get_attr(metadata, "collective")
+            return rank, get_attr(metadata, name)
         except KeyError:
             continue
         except ValueError as err:
             raise TacosError(f"{et_set.path(rank)}: GlobalMetadata: {err}") from None
-        try:
-            return CollectiveKind.parse(str(value))
-        except TacosError as err:
-            raise TacosError(f"{et_set.path(rank)}: GlobalMetadata 'collective': {err}") from None
-    raise TacosError(
-        f"{et_set.prefix}: the traces do not say which collective they implement (no "
-        "'collective' attribute in their GlobalMetadata); pass --collective"
-    )
+    return None
 
 
 def _no_messages(et_set: EtSet) -> TacosError:
