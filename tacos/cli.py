@@ -57,6 +57,7 @@ from tacos.synthesizer import (
 from tacos.topology import (
     DEFAULT_BANDWIDTH_GBPS,
     DEFAULT_LATENCY_US,
+    SPEEDS_IN_OPTIONS,
     Topology,
     from_spec,
     is_spec,
@@ -965,10 +966,6 @@ def _topology_of(args: argparse.Namespace, spec_or_path: str) -> Topology:
         bandwidth_GBps=DEFAULT_BANDWIDTH_GBPS if bandwidth is None else bandwidth,
         latency_us=DEFAULT_LATENCY_US if latency is None else latency,
     )
-
-
-SPEEDS_IN_OPTIONS = ("dgx", "xgmi")
-"""Cluster specs whose every tier's speed is an option of the spec itself."""
 
 
 def _import_schedule(import_format: str, source: Path, args: argparse.Namespace) -> Schedule:

@@ -537,6 +537,10 @@ _GRID_KINDS = {
     "mesh": (None, False),
     "torus": (None, True),
 }
+SPEEDS_IN_OPTIONS = ("dgx", "xgmi")
+"""Spec kinds whose every tier's speed is an option of the spec itself (``dgx:2x8,nic=25``),
+not ``bandwidth_GBps``/``latency_us``; they are also the kinds that take options."""
+
 SPEC_KINDS = (
     "ring:N", "fully-connected:N", "switch:N", "mesh2d:AxB", "torus2d:AxB",
     "mesh3d:AxBxC", "torus3d:AxBxC", "mesh:AxBx..", "torus:AxBx..", "hypercube:D",
@@ -578,13 +582,13 @@ def from_spec(
         raise TacosError(f"{spec!r}: sizes are numbers joined by single x, e.g. {kind}:4x4")
     numbers = [int(x) for x in args.split("x")]
     options = clusters.parse_options(spec, match["options"] or "")
-    if options and kind not in ("dgx", "xgmi"):
+    if options and kind not in SPEEDS_IN_OPTIONS:
         raise TacosError(f"{spec!r}: {kind} takes no options; drop what follows the comma")
     kw: dict[str, Any] = {"bandwidth_GBps": bandwidth_GBps, "latency_us": latency_us}
     if kind == "fat-tree":
         _require(len(numbers) == 1, f"{spec!r}: fat-tree takes one number, e.g. fat-tree:4")
         return _from_layout(clusters.fat_tree(numbers[0], **kw), f"fat-tree:{numbers[0]}", kind)
-    if kind in ("dgx", "xgmi"):
+    if kind in SPEEDS_IN_OPTIONS:
         _require(len(numbers) == 2, f"{spec!r}: {kind} takes NODESxGPUS, e.g. {kind}:2x8")
         build = clusters.dgx if kind == "dgx" else clusters.xgmi
         return _from_layout(build(numbers[0], numbers[1], options), spec.strip().lower(), kind)
