@@ -36,6 +36,10 @@ count those):
   takes in no result before the opposite corner's data has crossed the mesh),
   and the gossip messages between servers (:mod:`tacos.gossip_bound`) are
   counted that way too.
+* ``combining``: All-Reduce only. The same links into a set, each message
+  carrying no more far ranks' data than its sender can have combined when it
+  left (:mod:`tacos.combining_bound`): early messages bring one far rank's
+  data, only later ones the sum of many.
 
 The counts come from the collective's own pre- and postcondition
 (:meth:`tacos.collective.Collective.initial_data` and ``final_data``).
@@ -53,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
+from tacos.combining_bound import combining_bound_us
 from tacos.latency_cuts import bisect_horizon, latency_cut_bound_us
 from tacos.shortest_paths import LinkTimes
 from tacos.throughput import rs_plus_ag_us, throughput_bound_us
@@ -76,6 +81,7 @@ class LowerBounds:
     diameter_us: float
     throughput_us: float = 0.0
     latency_cut_us: float = 0.0
+    combining_us: float = 0.0
     rs_plus_ag_us: float | None = None
 
     @property
@@ -87,6 +93,7 @@ class LowerBounds:
             self.diameter_us,
             self.throughput_us,
             self.latency_cut_us,
+            self.combining_us,
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -97,6 +104,7 @@ class LowerBounds:
             "diameter_us": self.diameter_us,
             "throughput_us": self.throughput_us,
             "latency_cut_us": self.latency_cut_us,
+            "combining_us": self.combining_us,
         }
         if self.rs_plus_ag_us is not None:
             data["rs_plus_ag_us"] = self.rs_plus_ag_us
@@ -148,9 +156,15 @@ def lower_bounds(topology: Topology, collective: Collective) -> LowerBounds:
         transfers = demand.unrouted_messages * _fewest_hops_between_npus(topology)
         capacity = max(capacity, min_time_to_move(per_chunk, demand.messages + transfers))
     diameter = _diameter(topology, demand.pairs, topology.link_times_us(collective.chunk_bytes))
-    latency_cut = latency_cut_bound_us(topology, collective)
     return LowerBounds(
-        ingress, chunk_ingress, capacity, diameter, throughput, latency_cut, two_phase
+        ingress,
+        chunk_ingress,
+        capacity,
+        diameter,
+        throughput,
+        latency_cut_bound_us(topology, collective),
+        combining_bound_us(topology, collective),
+        two_phase,
     )
 
 

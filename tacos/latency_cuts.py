@@ -128,7 +128,7 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         return bound
 
     bound = 0.0
-    for inside in _node_sets(topology, ranks):
+    for inside in cut_sets(topology, ranks):
         if ranks[inside].any() and (ranks & ~inside).any():
             bound = max(bound, entering(inside), entering(~inside))
     if gossips(topology, collective):
@@ -306,7 +306,7 @@ def bisect_horizon(moved: Callable[[float], int], count: int, high: float) -> fl
     return high
 
 
-def _node_sets(topology: Topology, ranks: np.ndarray) -> list[np.ndarray]:
+def cut_sets(topology: Topology, ranks: np.ndarray) -> list[np.ndarray]:
     """The sets to cut around, as node masks: fast-link components per bandwidth level
     (all but the slowest) and single ranks, at most ``MAX_SETS`` of each, evenly spread.
     A set that two levels (or a level and a single rank) both give is listed once."""

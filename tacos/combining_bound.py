@@ -1,0 +1,184 @@
+"""All-Reduce: a message carries only what its sender has combined by the time it leaves.
+
+The cut bounds (:mod:`tacos.latency_cuts`) let every message into a set of nodes
+carry the data of any far rank as soon as that rank's data could be there. But
+an NPU sends one message at a time, holding one sum, and a sum of many ranks'
+data takes time to gather: on htsim's 8-host tree a host of the other pod can
+hold its own data and its rack-mate's after 86 us, all four of its pod's after
+215 us, so a message from it that reaches host 0 before 429 us brings one of
+them, before 558 us at most three. Host 0's one link takes in a message every
+43 us, and for each of the 8 chunks it must take in all 4 far contributions:
+771 us, where the cut bounds give 644 (TACOS: 1029).
+
+For a node set ``X`` with ranks inside and ``F``, some ranks outside it:
+
+* every rank of ``X`` must learn, for every chunk, the data of every rank of
+  ``F``; a contribution first enters ``X`` in a transfer over a link
+  ``e = u -> v`` into ``X`` (``u`` outside), part of a message whose sender
+  ``w`` is an NPU outside ``X`` (a message leaving ``X`` and coming back
+  brings nothing new), and which carries at most the contributions ``w`` knew
+  when it left;
+* ``w`` can know ``i`` of them no sooner than ``know_i(w)``: the ``i``-th
+  smallest of its times from the ranks of ``F`` (0 for itself), and, on up to
+  :data:`MAX_COUNTED_NPUS` NPUs, no sooner than its own in-links can have
+  brought them by the same count (below, with ``X = {w}`` and one chunk);
+* so a transfer over ``e`` bringing ``i`` contributions ends no sooner than
+  ``arrive_i(e) = min over w of know_i(w) + time(w, u) + duration(e)``, and
+  they need ``time(v, nearest rank of X)`` more to be of use;
+* transfers over ``e`` end at least ``busy(e)`` apart, so by ``T`` the link
+  can have brought at most ``sum over k >= 0 of #{i : arrive_i(e) <= T - k
+  busy(e)}`` (counting back from ``T``: the latest transfers carry the most);
+* all links into ``X`` together must bring ``chunks x |F|``: the smallest such
+  ``T`` bounds the collective.
+
+Sets are those of the cut bounds (servers, pods, single ranks); ``F`` is every
+rank outside, or the farther half of them (fewer to bring, but later). Any
+choice gives a valid bound. On up to :data:`MAX_NPUS` NPUs (the times between
+NPUs are a table of NPUs x nodes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tacos.collective import Collective, CollectiveKind
+from tacos.latency_cuts import bisect_horizon, cut_sets
+from tacos.shortest_paths import LinkTimes
+from tacos.topology import Topology
+
+MAX_NPUS = 256
+"""Larger topologies get 0.0 (no bound): it costs NPUs x far ranks per link into a set, and
+where it binds (few chunks, a few servers or pods) it is small. On dgx:64x8 it took 4 s,
+and with 16 chunks per GPU gave half the best bound."""
+MAX_COUNTED_NPUS = 32
+"""Up to this many NPUs, what a sender can know is also limited by its own in-links (htsim's
+8 hosts: 728 -> 771 us; dgx:8x8 with two servers per leaf, 64 GPUs: 368 -> 373 us for 0.8
+s instead of 0.2)."""
+FAR_FRACTIONS = (0.0, 0.5)
+"""``F``: the ranks outside a set at least as far from it as this quantile of their times."""
+
+
+def combining_bound_us(topology: Topology, collective: Collective) -> float:
+    """The largest bound of the module docs over the sets and ``F`` tried, in us (0.0 for
+    other collectives than All-Reduce, and above :data:`MAX_NPUS` NPUs)."""
+    if collective.kind is not CollectiveKind.ALL_REDUCE or topology.num_npus > MAX_NPUS:
+        return 0.0
+    links = _Links(topology, collective.chunk_bytes)
+    ranks = np.zeros(topology.num_nodes, bool)
+    ranks[list(collective.ranks)] = True
+    known: dict[bytes, np.ndarray] = {}
+    bound = 0.0
+    for inside in cut_sets(topology, ranks):
+        outside_ranks = np.flatnonzero(ranks & ~inside)
+        if not (ranks & inside).any() or not len(outside_ranks):
+            continue
+        to_inside = links.backward.from_nodes(np.flatnonzero(ranks & inside))
+        far_us = to_inside[outside_ranks]
+        for fraction in FAR_FRACTIONS:
+            far = outside_ranks[far_us >= np.quantile(far_us, fraction)]
+            key = far.tobytes()
+            if key not in known:
+                known[key] = links.knowing_us(far)
+            capacity = links.into(inside, known[key], to_inside)
+            bound = max(bound, capacity.earliest(collective.num_chunks * len(far)))
+    return bound
+
+
+class _Capacity:
+    """Links into a set: per link, ``arrive[i - 1]`` (nondecreasing) is the soonest a
+    transfer over it can bring ``i`` contributions, transfers ``busy`` apart."""
+
+    def __init__(self, arrive: list[np.ndarray], busy: list[float]) -> None:
+        kept = [k for k, times in enumerate(arrive) if np.isfinite(times[0])]
+        self.arrive = [arrive[k] for k in kept]
+        self.busy = [busy[k] for k in kept]
+
+    def brought_by(self, horizon: float) -> int:
+        """The most contributions the links can have brought by ``horizon``."""
+        total = 0
+        for arrive, busy in zip(self.arrive, self.busy, strict=True):
+            late = arrive[arrive <= horizon]
+            total += int(np.floor((horizon - late) / busy * (1 + 1e-12)).sum()) + len(late)
+        return total
+
+    def earliest(self, count: int) -> float:
+        """Smallest ``T`` by which the links can have brought ``count`` (inf if never)."""
+        if count <= 0:
+            return 0.0
+        if not self.arrive:
+            return float("inf")
+        high = min(
+            float(a[np.isfinite(a)].max()) + count * b
+            for a, b in zip(self.arrive, self.busy, strict=True)
+        )
+        high = bisect_horizon(self.brought_by, count, high)
+        # The answer is an arrival: the latest one by `high`.
+        return max(
+            float((late + np.floor((high - late) / busy * (1 + 1e-12)) * busy).max())
+            for arrive, busy in zip(self.arrive, self.busy, strict=True)
+            if len(late := arrive[arrive <= high])
+        )
+
+    def each_earliest(self, most: int) -> np.ndarray:
+        """``earliest(j)`` for ``j = 1 .. most``: the first ``most`` arrivals of a
+        contribution, each transfer ``k`` busy times before ``T`` counting once per
+        ``i`` it can bring."""
+        if not self.arrive:
+            return np.full(most, np.inf)
+        steps = np.arange(most)
+        times = np.concatenate(
+            [
+                (arrive[:most, None] + steps * busy).ravel()
+                for arrive, busy in zip(self.arrive, self.busy, strict=True)
+            ]
+        )
+        times = np.sort(times[np.isfinite(times)])[:most]
+        return np.concatenate([times, np.full(most - len(times), np.inf)])
+
+
+class _Links:
+    """A topology's links timed for one chunk, and the times between its NPUs and nodes."""
+
+    def __init__(self, topology: Topology, chunk_bytes: int) -> None:
+        self.topology = topology
+        self.duration = np.asarray(topology.link_times_us(chunk_bytes))
+        self.busy = np.asarray(topology.link_busy_times_us(chunk_bytes))
+        self.backward = LinkTimes(topology, self.duration, backwards=True)
+        forward = LinkTimes(topology, self.duration)
+        self.from_npu = np.stack([forward.from_nodes([npu]) for npu in topology.npus])
+        """``from_npu[w, n]``: the time from NPU ``w`` to node ``n``."""
+        self.src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
+        self.dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
+
+    def knowing_us(self, far: np.ndarray) -> np.ndarray:
+        """``know[w, i - 1]``: the soonest NPU ``w`` can know ``i`` contributions of the
+        ranks ``far`` (module docs)."""
+        npus = self.topology.num_npus
+        know = np.sort(self.from_npu[far][:, :npus].T, axis=1)
+        if npus > MAX_COUNTED_NPUS:
+            return know
+        counted = know.copy()
+        is_far = np.zeros(npus, bool)
+        is_far[far] = True
+        for npu in range(npus):
+            own = int(is_far[npu])
+            alone = np.zeros(self.topology.num_nodes, bool)
+            alone[npu] = True
+            capacity = self.into(alone, know, np.zeros(self.topology.num_nodes))
+            counted[npu, own:] = np.maximum(know[npu, own:], capacity.each_earliest(len(far) - own))
+        return counted
+
+    def into(self, inside: np.ndarray, know: np.ndarray, to_inside: np.ndarray) -> _Capacity:
+        """The links into ``inside``, each transfer bringing what a sender outside could
+        know (``know``) when it left, and ``to_inside`` more to reach a rank."""
+        senders = ~inside[: self.topology.num_npus]
+        soonest: dict[int, np.ndarray] = {}  # per tail of a link in: when a sum can be there
+        arrive, busy = [], []
+        for link in np.flatnonzero(~inside[self.src] & inside[self.dst]):
+            tail = int(self.src[link])
+            if tail not in soonest:
+                leave = know[senders] + self.from_npu[senders, tail][:, None]
+                soonest[tail] = leave.min(axis=0, initial=np.inf)
+            arrive.append(soonest[tail] + self.duration[link] + to_inside[self.dst[link]])
+            busy.append(float(self.busy[link]))
+        return _Capacity(arrive, busy)
