@@ -29,7 +29,10 @@ For a node set ``X`` with ranks inside and ``F``, some ranks outside it:
   can have brought at most ``sum over k >= 0 of #{i : arrive_i(e) <= T - k
   busy(e)}`` (counting back from ``T``: the latest transfers carry the most);
 * all links into ``X`` together must bring ``chunks x |F|``: the smallest such
-  ``T`` bounds the collective.
+  ``T`` bounds the collective. Every rank of ``X`` needs all of it, and a
+  transfer lands at one NPU, so what arrives later than ``T`` less the least
+  time between two ranks of ``X`` serves one rank only (as the cut bounds
+  spread a server's last chunks: dgx:4x8, one NVSwitch hop, 190.6 -> 196.0 us).
 
 Sets are those of the cut bounds (servers, pods, single ranks); ``F`` is every
 rank outside, or the farther half of them (fewer to bring, but later). Any
@@ -39,10 +42,12 @@ NPUs are a table of NPUs x nodes).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
-from tacos.latency_cuts import bisect_horizon, cut_sets
+from tacos.latency_cuts import MAX_SPREAD_RANKS, bisect_horizon, cut_sets
 from tacos.shortest_paths import LinkTimes
 from tacos.topology import Topology
 
@@ -80,59 +85,70 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
             if key not in known:
                 known[key] = links.knowing_us(far)
             capacity = links.into(inside, known[key], to_inside)
-            bound = max(bound, capacity.earliest(collective.num_chunks * len(far)))
+            count = collective.num_chunks * len(far)
+            bound = max(bound, capacity.earliest(count, *links.spread(inside, ranks)))
     return bound
 
 
 class _Capacity:
     """Links into a set: per link, ``arrive[i - 1]`` (nondecreasing) is the soonest a
-    transfer over it can bring ``i`` contributions, transfers ``busy`` apart."""
+    transfer over it can bring ``i`` contributions, transfers ``busy`` apart.
+
+    Kept flat, one entry per link and ``i``: by ``T``, entry ``(e, i)`` counts once for
+    each transfer over ``e`` that ends in ``[arrive, T]`` on the grid ``T - k busy``."""
 
     def __init__(self, arrive: list[np.ndarray], busy: list[float]) -> None:
-        kept = [k for k, times in enumerate(arrive) if np.isfinite(times[0])]
-        self.arrive = [arrive[k] for k in kept]
-        self.busy = [busy[k] for k in kept]
+        sizes = [len(times) for times in arrive]
+        flat = np.concatenate(arrive) if arrive else np.zeros(0)
+        step = np.repeat(np.asarray(busy, np.float64), sizes)
+        finite = np.isfinite(flat)
+        self.arrive, self.step = flat[finite], step[finite]
+
+    def _last_index(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+        """The entries some transfer by ``horizon`` counts, and how many transfers after
+        the first one each."""
+        started = self.arrive <= horizon
+        index = np.floor((horizon - self.arrive[started]) / self.step[started] * (1 + 1e-12))
+        return index, started
 
     def brought_by(self, horizon: float) -> int:
         """The most contributions the links can have brought by ``horizon``."""
-        total = 0
-        for arrive, busy in zip(self.arrive, self.busy, strict=True):
-            late = arrive[arrive <= horizon]
-            total += int(np.floor((horizon - late) / busy * (1 + 1e-12)).sum()) + len(late)
-        return total
+        index, _ = self._last_index(horizon)
+        return int((index + 1).sum())
 
-    def earliest(self, count: int) -> float:
-        """Smallest ``T`` by which the links can have brought ``count`` (inf if never)."""
+    def last_by(self, horizon: float) -> float:
+        """When the last transfer by ``horizon`` can end (-inf if none can)."""
+        index, started = self._last_index(horizon)
+        ends = self.arrive[started] + index * self.step[started]
+        return float(ends.max(initial=-math.inf))
+
+    def earliest(self, count: int, ranks: int = 1, spread_us: float = 0.0) -> float:
+        """Smallest ``T`` by which the links can have brought ``count`` to each of ``ranks``
+        ranks, one needing ``spread_us`` to pass what it got on to another (inf if never).
+
+        As for :func:`~tacos.latency_cuts.earliest_to_spread`: what arrives later than
+        ``T - spread_us`` serves the one rank it reaches."""
         if count <= 0:
             return 0.0
-        if not self.arrive:
-            return float("inf")
-        high = min(
-            float(a[np.isfinite(a)].max()) + count * b
-            for a, b in zip(self.arrive, self.busy, strict=True)
-        )
-        high = bisect_horizon(self.brought_by, count, high)
-        # The answer is an arrival: the latest one by `high`.
-        return max(
-            float((late + np.floor((high - late) / busy * (1 + 1e-12)) * busy).max())
-            for arrive, busy in zip(self.arrive, self.busy, strict=True)
-            if len(late := arrive[arrive <= high])
-        )
+        if not self.arrive.size:
+            return math.inf
+        if ranks < 2:
+            spread_us = 0.0
+
+        def served(horizon: float) -> int:
+            early = self.brought_by(horizon - spread_us)
+            return ranks * early + self.brought_by(horizon) - early
+
+        high = float(self.arrive.max() + count * self.step.max()) + spread_us
+        high = bisect_horizon(served, ranks * count, high)
+        # The answer is an arrival, or an arrival plus the spread: the latest by `high`.
+        return max(self.last_by(high), self.last_by(high - spread_us) + spread_us)
 
     def each_earliest(self, most: int) -> np.ndarray:
-        """``earliest(j)`` for ``j = 1 .. most``: the first ``most`` arrivals of a
-        contribution, each transfer ``k`` busy times before ``T`` counting once per
-        ``i`` it can bring."""
-        if not self.arrive:
-            return np.full(most, np.inf)
-        steps = np.arange(most)
-        times = np.concatenate(
-            [
-                (arrive[:most, None] + steps * busy).ravel()
-                for arrive, busy in zip(self.arrive, self.busy, strict=True)
-            ]
-        )
-        times = np.sort(times[np.isfinite(times)])[:most]
+        """``earliest(j)`` for ``j = 1 .. most``: the ``most`` soonest grid points of all
+        entries."""
+        times = (self.arrive[:, None] + np.arange(most) * self.step[:, None]).ravel()
+        times = np.sort(times)[:most]
         return np.concatenate([times, np.full(most - len(times), np.inf)])
 
 
@@ -149,6 +165,18 @@ class _Links:
         """``from_npu[w, n]``: the time from NPU ``w`` to node ``n``."""
         self.src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
         self.dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
+
+    def spread(self, inside: np.ndarray, ranks: np.ndarray) -> tuple[int, float]:
+        """How many ranks ``inside`` has, and the least time from one of them to another
+        (0.0 when some NPU inside is not a rank, or it has more than
+        :data:`~tacos.latency_cuts.MAX_SPREAD_RANKS`), as the cut bounds take them."""
+        members = np.flatnonzero(ranks & inside)
+        npus = self.topology.num_npus
+        if not 2 <= len(members) <= MAX_SPREAD_RANKS or (inside & ~ranks)[:npus].any():
+            return len(members), 0.0
+        between = self.from_npu[np.ix_(members, members)]
+        np.fill_diagonal(between, np.inf)
+        return len(members), float(between.min())
 
     def knowing_us(self, far: np.ndarray) -> np.ndarray:
         """``know[w, i - 1]``: the soonest NPU ``w`` can know ``i`` contributions of the

@@ -11,6 +11,7 @@ import tacos
 from tacos import combining_bound
 from tacos.collective import Collective, CollectiveKind
 from tacos.combining_bound import combining_bound_us
+from tacos.latency_cuts import earliest_to_spread
 
 AR = CollectiveKind.ALL_REDUCE
 HTSIM_TREE = REFERENCE_DIR / "astra-sim" / "network" / "htsim" / "8nodes.topo"
@@ -81,3 +82,15 @@ def test_no_schedule_beats_it(topo, chunks, size, subset):
     schedule = tacos.synthesize(topo, spec, algorithm="best")
     times = [schedule.collective_time_us, *schedule.meta.get("candidates_us", {}).values()]
     assert min(times) >= bound * (1 - 1e-9)
+
+
+def test_one_contribution_a_transfer_spreads_as_the_cut_bounds_do():
+    # Each transfer able to bring one contribution from its first arrival on: the count is
+    # the cut bounds' count of chunks, spread inside the set alike.
+    first, step = np.array([1.0, 2.5, 4.0]), np.array([2.0, 0.5, 3.0])
+    capacity = combining_bound._Capacity([np.array([a]) for a in first], step.tolist())
+    for count in range(1, 30):
+        for ranks, spread_us in ((1, 0.0), (4, 0.75), (8, 3.0)):
+            assert capacity.earliest(count, ranks, spread_us) == pytest.approx(
+                earliest_to_spread(first, step, count, ranks, spread_us)
+            )
