@@ -65,6 +65,12 @@ All-Gather any number of servers or leaves):
      with nearer parents). Deeper trees fill the pipeline more slowly, so at
      one chunk per NPU the nearer parents often win.
 
+   * *Flat* (All-Reduce on hosts behind one link each, two to four groups):
+     every member sends straight to the root and takes the result straight
+     from it. A host that relays a partial sum spends its one link on it
+     twice; htsim's pods at one chunk per host 1071.6 -> 985.7 us (with the
+     root-by-root first pass below; 1.278 of the best bound).
+
    Trees of nearer parents are then grown again, each chunk's among all the
    others' (:data:`GROWN_ROUNDS`), and both are scheduled where that lightens
    the busiest link enough (:data:`REGROWN_IF_BUSIEST_BELOW`).
@@ -85,7 +91,7 @@ All-Gather any number of servers or leaves):
 4. **Order.** Chunks are launched round-robin over their owners (owners in a
    seeded random order), so neighbouring launches load different links.
 5. **List scheduling.** Every link serves, of the transfers whose inputs have
-   arrived, the one of highest priority. Three first passes
+   arrived, the one of highest priority. Three first passes (four for All-Reduce)
    (:func:`_first_passes`): chunk by chunk in launch order, a pipeline; phase
    by phase with the NPUs of a group taking turns at each root, as a crossbar
    scheduler would; and the longest way to the end first. After each,
@@ -270,6 +276,8 @@ class TreeLayout(NamedTuple):
 
     groups: tuple[tuple[int, ...], ...]
     spanning: bool = False
+    flat: bool = False
+    """Every NPU's parent in both trees is the root itself (:meth:`_Plan._flat`)."""
     hub: bool = False
     joined: bool = False
     rotating: bool = False
@@ -330,6 +338,8 @@ def tree_layouts(
             as_tuples = tuple(tuple(group) for group in groups)
             if exchanging or hub or not reduces:
                 layouts.append(TreeLayout(as_tuples, hub=hub))
+            if reduces and direct and exchanging:
+                layouts.append(TreeLayout(as_tuples, flat=True))
             if reduces and not direct:  # hosts behind one link: joined straight (below)
                 layouts.append(TreeLayout(as_tuples, joined=True))
     singletons = tuple((rank,) for rank in sorted(spec.ranks))
@@ -491,7 +501,7 @@ def tree_collective(
     owners = collective_owners(spec).tolist()
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     routes = MessageRoutes(topology, spec.chunk_bytes)
-    plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces, layout.hub)
+    plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces, layout.hub, layout.flat)
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
     lighter = REGROWN_IF_BUSIEST_BELOW * first.busiest_us
@@ -670,6 +680,11 @@ def _first_passes(
       chunk with a long way to go behind one launched before it (hetero 4x4
       All-Reduce: 177.9 -> 152.5 us, the chain of its corners' chunks; the
       hierarchical ring takes 160.9).
+    * All-Reduce, root by root (:func:`_root_turns`), then critical path first:
+      every NPU first helps sum the first chunk of each root, then the second,
+      so a root sums and sends on its first chunk while its later ones are
+      still coming in, where the other passes gather them all first (htsim's
+      pods in flat trees at one chunk per host: 1028.6 -> 985.7 us).
     """
     by_chunk: list[tuple[int, ...]] = [
         (launch[p.transfer.chunk], p.phase, -p.rest) for p in trees.transfers
@@ -689,7 +704,27 @@ def _first_passes(
         (at, size), (sender_at, _) = where[planned.receiver], where[planned.sender]
         turn = turns[(planned.hub, phase)][chunk]
         by_phase.append((phase, turn, (at - sender_at) % size, -planned.rest))
-    return [by_chunk, by_phase, -chains_us]
+    passes: list[list[tuple[int, ...]] | np.ndarray] = [by_chunk, by_phase, -chains_us]
+    root_turns = _root_turns(trees, launch)
+    if root_turns:
+        by_root = np.array([root_turns[p.transfer.chunk] for p in trees.transfers], np.float64)
+        passes.append(by_root * (chains_us.max(initial=0.0) + 1) - chains_us)
+    return passes
+
+
+def _root_turns(trees: _Trees, launch: Sequence[int]) -> dict[int, int]:
+    """Per chunk of an All-Reduce, how many chunks launched before it are first reduced
+    into the same NPU (empty for an All-Gather)."""
+    root_of: dict[int, int] = {}
+    for planned in trees.transfers:
+        if planned.phase == REDUCING:
+            root_of.setdefault(planned.transfer.chunk, planned.receiver)
+    taken: dict[int, int] = {}
+    turns: dict[int, int] = {}
+    for chunk in sorted(root_of, key=lambda c: launch[c]):
+        turns[chunk] = taken.get(root_of[chunk], 0)
+        taken[root_of[chunk]] = turns[chunk] + 1
+    return turns
 
 
 def _launch_order(owners: Sequence[int], rng: random.Random) -> list[int]:
@@ -770,9 +805,11 @@ class _Plan:
         spanning: bool,
         reduces: bool = True,
         hub: bool = False,
+        flat: bool = False,
     ) -> None:
         self.routes = routes
         self.spanning = spanning
+        self.flat = flat
         self.reduces = reduces
         self.load_us = [0.0] * len(routes.topology.links)
         place = {npu: (g, i) for g, group in enumerate(groups) for i, npu in enumerate(group)}
@@ -812,6 +849,19 @@ class _Plan:
             (_, route), other = min(options)
             self._book(route)
             chosen[npu] = (other, route)
+        return chosen
+
+    def _flat(self, root: int, inside: frozenset[int], up: bool) -> dict[int, tuple[int, Route]]:
+        """Per NPU of the group, the least-loaded route straight to (``up``) or from the
+        root: a host behind one link sends its own data once and takes in the result
+        once, where relaying a partial sum costs its link a message more per chunk."""
+        chosen: dict[int, tuple[int, Route]] = {}
+        for npu in sorted(inside - {root}):
+            ends = self.routes.into(npu, inside) if up else self.routes.out_of(npu, inside)
+            route = next(route for other, (_, route) in ends if other == root)
+            cheapest = self._cheapest(route)[1]
+            self._book(cheapest)
+            chosen[npu] = (root, cheapest)
         return chosen
 
     def _spanning(
@@ -952,6 +1002,8 @@ class _Plan:
         self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
     ) -> dict[int, tuple[int, Route]]:
         """A group's reduction (``up``) or broadcast tree: each NPU's parent and route."""
+        if self.flat:
+            return self._flat(root, inside, up)
         if self.spanning:
             return self._spanning(root, inside, up)
         return self._parents(root, inside, distance, up)
