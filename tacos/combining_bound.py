@@ -20,8 +20,11 @@ For a node set ``X`` with ranks inside and ``F``, some ranks outside it:
   when it left;
 * ``w`` can know ``i`` of them no sooner than ``know_i(w)``: the ``i``-th
   smallest of its times from the ranks of ``F`` (0 for itself), and, on up to
-  :data:`MAX_COUNTED_NPUS` NPUs, no sooner than its own in-links can have
-  brought them by the same count (below, with ``X = {w}`` and one chunk);
+  :data:`MAX_COUNTED_NPUS` NPUs, no sooner than the links into ``w``, or into
+  a set holding it (its server), can have brought the ``i`` less those inside
+  (counted as below, each transfer's content from those distances, then the
+  time on to ``w``): on dgx:4x8 a GPU knows the data of 16 GPUs outside its
+  server only once its server's 8 NICs have brought it, 196.0 -> 200.7 us;
 * so a transfer over ``e`` bringing ``i`` contributions ends no sooner than
   ``arrive_i(e) = min over w of know_i(w) + time(w, u) + duration(e)``, and
   they need ``time(v, nearest rank of X)`` more to be of use;
@@ -43,6 +46,7 @@ NPUs are a table of NPUs x nodes).
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
@@ -56,9 +60,10 @@ MAX_NPUS = 256
 where it binds (few chunks, a few servers or pods) it is small. On dgx:64x8 it took 4 s,
 and with 16 chunks per GPU gave half the best bound."""
 MAX_COUNTED_NPUS = 32
-"""Up to this many NPUs, what a sender can know is also limited by its own in-links (htsim's
-8 hosts: 728 -> 771 us; dgx:8x8 with two servers per leaf, 64 GPUs: 368 -> 373 us for 0.8
-s instead of 0.2)."""
+"""Up to this many NPUs, what a sender can know is also limited by the links into it and
+into its server (htsim's 8 hosts: 728 -> 771 us; dgx:4x8 196.0 -> 200.7 us in 0.5 s
+instead of 0.2; dgx:8x8 with two servers per leaf, 64 GPUs, 373.4 -> 384.2 us but in
+5.8 s)."""
 FAR_FRACTIONS = (0.0, 0.5)
 """``F``: the ranks outside a set at least as far from it as this quantile of their times."""
 
@@ -72,8 +77,10 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
     ranks = np.zeros(topology.num_nodes, bool)
     ranks[list(collective.ranks)] = True
     known: dict[bytes, np.ndarray] = {}
+    sets = cut_sets(topology, ranks)
+    groups = [inside for inside in sets if np.count_nonzero(inside[: topology.num_npus]) > 1]
     bound = 0.0
-    for inside in cut_sets(topology, ranks):
+    for inside in sets:
         outside_ranks = np.flatnonzero(ranks & ~inside)
         if not (ranks & inside).any() or not len(outside_ranks):
             continue
@@ -83,7 +90,7 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
             far = outside_ranks[far_us >= np.quantile(far_us, fraction)]
             key = far.tobytes()
             if key not in known:
-                known[key] = links.knowing_us(far)
+                known[key] = links.knowing_us(far, groups)
             capacity = links.into(inside, known[key], to_inside)
             count = collective.num_chunks * len(far)
             bound = max(bound, capacity.earliest(count, *links.spread(inside, ranks)))
@@ -178,35 +185,56 @@ class _Links:
         np.fill_diagonal(between, np.inf)
         return len(members), float(between.min())
 
-    def knowing_us(self, far: np.ndarray) -> np.ndarray:
+    @cached_property
+    def to_npu(self) -> np.ndarray:
+        """``to_npu[w, n]``: the time from node ``n`` to NPU ``w``."""
+        return np.stack([self.backward.from_nodes([npu]) for npu in self.topology.npus])
+
+    def knowing_us(self, far: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
         """``know[w, i - 1]``: the soonest NPU ``w`` can know ``i`` contributions of the
-        ranks ``far`` (module docs)."""
+        ranks ``far`` (module docs): from distances alone, and on up to
+        :data:`MAX_COUNTED_NPUS` NPUs, from what the links into ``w`` and into each of
+        ``groups`` (node masks) holding it can have brought it."""
         npus = self.topology.num_npus
-        know = np.sort(self.from_npu[far][:, :npus].T, axis=1)
+        alone = np.sort(self.from_npu[far][:, :npus].T, axis=1)
         if npus > MAX_COUNTED_NPUS:
-            return know
-        counted = know.copy()
+            return alone
+        known = alone.copy()
         is_far = np.zeros(npus, bool)
         is_far[far] = True
-        for npu in range(npus):
-            own = int(is_far[npu])
-            alone = np.zeros(self.topology.num_nodes, bool)
-            alone[npu] = True
-            capacity = self.into(alone, know, np.zeros(self.topology.num_nodes))
-            counted[npu, own:] = np.maximum(know[npu, own:], capacity.each_earliest(len(far) - own))
-        return counted
+        singles = [np.arange(self.topology.num_nodes) == npu for npu in range(npus)]
+        for inside in [*singles, *groups]:
+            members = np.flatnonzero(inside[:npus])
+            own = int(is_far[members].sum())
+            if own == len(far):
+                continue
+            links, arrive = self._entering(inside, alone)
+            busy = self.busy[links].tolist()
+            for npu in members:
+                reach = arrive + self.to_npu[npu, self.dst[links]][:, None]
+                brought = _Capacity(list(reach), busy).each_earliest(len(far) - own)
+                known[npu, own:] = np.maximum(known[npu, own:], brought)
+        return known
 
     def into(self, inside: np.ndarray, know: np.ndarray, to_inside: np.ndarray) -> _Capacity:
         """The links into ``inside``, each transfer bringing what a sender outside could
         know (``know``) when it left, and ``to_inside`` more to reach a rank."""
+        links, arrive = self._entering(inside, know)
+        return _Capacity(
+            list(arrive + to_inside[self.dst[links]][:, None]), self.busy[links].tolist()
+        )
+
+    def _entering(self, inside: np.ndarray, know: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The links into ``inside``, and per link and ``i``, the soonest a transfer over it
+        can end bringing ``i`` contributions: its sender, outside, knew them (``know``)."""
         senders = ~inside[: self.topology.num_npus]
+        links = np.flatnonzero(~inside[self.src] & inside[self.dst])
         soonest: dict[int, np.ndarray] = {}  # per tail of a link in: when a sum can be there
-        arrive, busy = [], []
-        for link in np.flatnonzero(~inside[self.src] & inside[self.dst]):
+        arrive = np.empty((len(links), know.shape[1]))
+        for row, link in enumerate(links):
             tail = int(self.src[link])
             if tail not in soonest:
                 leave = know[senders] + self.from_npu[senders, tail][:, None]
                 soonest[tail] = leave.min(axis=0, initial=np.inf)
-            arrive.append(soonest[tail] + self.duration[link] + to_inside[self.dst[link]])
-            busy.append(float(self.busy[link]))
-        return _Capacity(arrive, busy)
+            arrive[row] = soonest[tail] + self.duration[link]
+        return links, arrive

@@ -94,3 +94,23 @@ def test_one_contribution_a_transfer_spreads_as_the_cut_bounds_do():
             assert capacity.earliest(count, ranks, spread_us) == pytest.approx(
                 earliest_to_spread(first, step, count, ranks, spread_us)
             )
+
+
+def test_a_gpu_knows_other_servers_data_only_once_its_servers_nics_brought_it():
+    # dgx:4x8, the 24 GPUs outside server 0. By distances alone GPU 8 (server 1) could know
+    # all of them at 77.46 us, once the farthest one's data could be there. But 16 are
+    # outside its server, and they come in over its NIC links one message at a time, each
+    # carrying at most what its sender knew: the sums of 8 from the two other servers
+    # (summed inside them by 10.8 us) reach GPU 8 at 82.8 us at the soonest.
+    topo = tacos.load_topology("dgx:4x8")
+    links = combining_bound._Links(topo, 2**20)
+    far = np.arange(8, 32)
+    server = np.zeros(topo.num_nodes, bool)
+    server[[*range(8, 16), 65]] = True  # its GPUs and their NVSwitch
+    alone = links.knowing_us(far, [])
+    grouped = links.knowing_us(far, [server])
+    assert (grouped >= alone).all()
+    assert alone[8, -1] == pytest.approx(77.46, abs=0.01)
+    assert grouped[8, -1] == pytest.approx(82.8, abs=0.05)
+    spec = Collective(AR, tuple(topo.npus), 1, 2**20)
+    assert combining_bound_us(topo, spec) == pytest.approx(200.65, abs=0.01)  # 196.0 without
