@@ -3,12 +3,13 @@
 The cut bounds (:mod:`tacos.latency_cuts`) let every message into a set of nodes
 carry the data of any far rank as soon as that rank's data could be there. But
 an NPU sends one message at a time, holding one sum, and a sum of many ranks'
-data takes time to gather: on htsim's 8-host tree a host of the other pod can
-hold its own data and its rack-mate's after 86 us, all four of its pod's after
-215 us, so a message from it that reaches host 0 before 429 us brings one of
-them, before 558 us at most three. Host 0's one link takes in a message every
-43 us, and for each of the 8 chunks it must take in all 4 far contributions:
-771 us, where the cut bounds give 644 (TACOS: 1029).
+data takes time to gather: on htsim's 8-host tree a host of the other pod
+holds its rack-mate's data too after 86 us, all four of its pod's no sooner
+than 172 us, and its messages take 341.5 us to reach host 0: one arriving
+before 427 us brings one far host's data, before 513 us at most two. Host 0's
+one link takes in a message every 43 us, and for each of the 8 chunks it must
+take in all 4 far contributions: 771 us, where the cut bounds give 644
+(TACOS: 985.7).
 
 For a node set ``X`` with ranks inside and ``F``, some ranks outside it:
 
@@ -39,8 +40,7 @@ For a node set ``X`` with ranks inside and ``F``, some ranks outside it:
 
 Sets are those of the cut bounds (servers, pods, single ranks); ``F`` is every
 rank outside, or the farther half of them (fewer to bring, but later). Any
-choice gives a valid bound. On up to :data:`MAX_NPUS` NPUs (the times between
-NPUs are a table of NPUs x nodes).
+choice gives a valid bound. On up to :data:`MAX_NPUS` NPUs.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ from tacos.latency_cuts import MAX_SPREAD_RANKS, bisect_horizon, cut_sets
 from tacos.shortest_paths import LinkTimes
 from tacos.topology import Topology
 
-MAX_NPUS = 256
+MAX_NPUS = 128
 """Larger topologies get 0.0 (no bound): it costs NPUs x far ranks per link into a set, and
-where it binds (few chunks, a few servers or pods) it is small. On dgx:64x8 it took 4 s,
-and with 16 chunks per GPU gave half the best bound."""
+it binds where few servers or pods hold few chunks each. On dgx:32x8 (256 GPUs, one chunk
+each) it took 1 s for 60% of the best bound; on dgx:16x8, 0.3 s for 69%."""
 MAX_COUNTED_NPUS = 32
 """Up to this many NPUs, what a sender can know is also limited by the links into it and
 into its server (htsim's 8 hosts: 728 -> 771 us; dgx:4x8 196.0 -> 200.7 us in 0.5 s
