@@ -5,6 +5,7 @@ as Schedules: they verify, replay to their recorded time, meet their closed form
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 
 import pytest
@@ -16,7 +17,13 @@ import tacos
 from tacos.classic import ALGORITHMS, NotApplicable, classic_schedule, compete
 from tacos.classic.algorithms import double_binary_tree, recipes
 from tacos.classic.build import Expansion, Nets, list_schedules, lower_estimate
-from tacos.classic.network import Network, node_groups, ring_order
+from tacos.classic.network import (
+    Network,
+    _behind_one_switch,
+    _cycle_cost,
+    node_groups,
+    ring_order,
+)
 from tacos.cli import export_main, main
 from tacos.collective import Collective, CollectiveKind
 from tacos.errors import TacosError
@@ -379,3 +386,23 @@ def test_tacos_export_takes_the_algorithm_too(capsys, tmp_path):
     schedule = Schedule.load(target if target.is_file() else next(target.glob("*.json")))
     assert schedule.meta["algorithm"] == "ring"
     assert_sound(schedule)
+
+
+def test_ranks_behind_one_switch_keep_their_order_every_cycle_costs_the_same():
+    # Each hop is the sender's link up and the receiver's link down, whatever the speeds.
+    topo = Topology(
+        5,
+        tuple(
+            link
+            for npu, bandwidth in enumerate([50.0, 100.0, 25.0, 400.0, 12.5])
+            for link in (Link(npu, 5, bandwidth, 1.0), Link(5, npu, 2 * bandwidth, 0.5))
+        ),
+        1,
+    )
+    net = Network(topo, MIB)
+    ranks = [4, 0, 3, 1, 2]
+    assert ring_order(net, ranks) == sorted(ranks)
+    costs = {_cycle_cost(net, list(order)) for order in itertools.permutations(range(5))}
+    assert len({round(cost, 9) for cost in costs}) == 1
+    star_with_a_direct_link = Topology(5, (*topo.links, Link(0, 1, 50.0, 1.0)), 1)
+    assert not _behind_one_switch(star_with_a_direct_link, range(5))
