@@ -70,8 +70,15 @@ FAR_FRACTIONS = (0.0, 0.5)
 
 def combining_bound_us(topology: Topology, collective: Collective) -> float:
     """The largest bound of the module docs over the sets and ``F`` tried, in us (0.0 for
-    other collectives than All-Reduce, and above :data:`MAX_NPUS` NPUs)."""
-    if collective.kind is not CollectiveKind.ALL_REDUCE or topology.num_npus > MAX_NPUS:
+    other collectives than All-Reduce, above :data:`MAX_NPUS` NPUs, and on networks
+    without switches, where it never exceeded the cut bounds: meshes, tori, rings,
+    hypercubes and heterogeneous meshes of the quality suite, at 1 to 4 chunks per NPU,
+    for 20-120 ms a call)."""
+    if (
+        collective.kind is not CollectiveKind.ALL_REDUCE
+        or topology.num_npus > MAX_NPUS
+        or not topology.num_switches
+    ):
         return 0.0
     links = _Links(topology, collective.chunk_bytes)
     ranks = np.zeros(topology.num_nodes, bool)
