@@ -277,7 +277,9 @@ class TreeLayout(NamedTuple):
     groups: tuple[tuple[int, ...], ...]
     spanning: bool = False
     flat: bool = False
-    """Every NPU's parent in both trees is the root itself (:meth:`_Plan._flat`)."""
+    """Every NPU's parent in both trees is the root itself: a host behind one link sends its
+    own data once and takes in the result once, where relaying a partial sum costs its
+    link a message more per chunk."""
     hub: bool = False
     joined: bool = False
     rotating: bool = False
@@ -851,19 +853,6 @@ class _Plan:
             chosen[npu] = (other, route)
         return chosen
 
-    def _flat(self, root: int, inside: frozenset[int], up: bool) -> dict[int, tuple[int, Route]]:
-        """Per NPU of the group, the least-loaded route straight to (``up``) or from the
-        root: a host behind one link sends its own data once and takes in the result
-        once, where relaying a partial sum costs its link a message more per chunk."""
-        chosen: dict[int, tuple[int, Route]] = {}
-        for npu in sorted(inside - {root}):
-            ends = self.routes.into(npu, inside) if up else self.routes.out_of(npu, inside)
-            route = next(route for other, (_, route) in ends if other == root)
-            cheapest = self._cheapest(route)[1]
-            self._book(cheapest)
-            chosen[npu] = (root, cheapest)
-        return chosen
-
     def _spanning(
         self, root: int, inside: frozenset[int], up: bool
     ) -> dict[int, tuple[int, Route]]:
@@ -1002,8 +991,8 @@ class _Plan:
         self, root: int, inside: frozenset[int], distance: dict[int, float], up: bool
     ) -> dict[int, tuple[int, Route]]:
         """A group's reduction (``up``) or broadcast tree: each NPU's parent and route."""
-        if self.flat:
-            return self._flat(root, inside, up)
+        if self.flat:  # only the root is nearer than anyone: every parent is the root
+            return self._parents(root, inside, {npu: float(npu != root) for npu in inside}, up)
         if self.spanning:
             return self._spanning(root, inside, up)
         return self._parents(root, inside, distance, up)
