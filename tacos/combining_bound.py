@@ -45,13 +45,12 @@ choice gives a valid bound. On up to :data:`MAX_NPUS` NPUs.
 
 from __future__ import annotations
 
-import math
 from functools import cached_property
 
 import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
-from tacos.latency_cuts import MAX_SPREAD_RANKS, bisect_horizon, cut_sets
+from tacos.latency_cuts import MAX_SPREAD_RANKS, cut_sets, earliest_to_spread, soonest_arrivals
 from tacos.shortest_paths import LinkTimes
 from tacos.topology import Topology
 
@@ -98,72 +97,20 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
             key = far.tobytes()
             if key not in known:
                 known[key] = links.knowing_us(far, groups)
-            capacity = links.into(inside, known[key], to_inside)
+            first, step = links.into(inside, known[key], to_inside)
             count = collective.num_chunks * len(far)
-            bound = max(bound, capacity.earliest(count, *links.spread(inside, ranks)))
+            spread = links.spread(inside, ranks)
+            bound = max(bound, earliest_to_spread(first, step, count, *spread))
     return bound
 
 
-class _Capacity:
-    """Links into a set: per link, ``arrive[i - 1]`` (nondecreasing) is the soonest a
-    transfer over it can bring ``i`` contributions, transfers ``busy`` apart.
-
-    Kept flat, one entry per link and ``i``: by ``T``, entry ``(e, i)`` counts once for
-    each transfer over ``e`` that ends in ``[arrive, T]`` on the grid ``T - k busy``."""
-
-    def __init__(self, arrive: list[np.ndarray], busy: list[float]) -> None:
-        sizes = [len(times) for times in arrive]
-        flat = np.concatenate(arrive) if arrive else np.zeros(0)
-        step = np.repeat(np.asarray(busy, np.float64), sizes)
-        finite = np.isfinite(flat)
-        self.arrive, self.step = flat[finite], step[finite]
-
-    def _last_index(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
-        """The entries some transfer by ``horizon`` counts, and how many transfers after
-        the first one each."""
-        started = self.arrive <= horizon
-        index = np.floor((horizon - self.arrive[started]) / self.step[started] * (1 + 1e-12))
-        return index, started
-
-    def brought_by(self, horizon: float) -> int:
-        """The most contributions the links can have brought by ``horizon``."""
-        index, _ = self._last_index(horizon)
-        return int((index + 1).sum())
-
-    def last_by(self, horizon: float) -> float:
-        """When the last transfer by ``horizon`` can end (-inf if none can)."""
-        index, started = self._last_index(horizon)
-        ends = self.arrive[started] + index * self.step[started]
-        return float(ends.max(initial=-math.inf))
-
-    def earliest(self, count: int, ranks: int = 1, spread_us: float = 0.0) -> float:
-        """Smallest ``T`` by which the links can have brought ``count`` to each of ``ranks``
-        ranks, one needing ``spread_us`` to pass what it got on to another (inf if never).
-
-        As for :func:`~tacos.latency_cuts.earliest_to_spread`: what arrives later than
-        ``T - spread_us`` serves the one rank it reaches."""
-        if count <= 0:
-            return 0.0
-        if not self.arrive.size:
-            return math.inf
-        if ranks < 2:
-            spread_us = 0.0
-
-        def served(horizon: float) -> int:
-            early = self.brought_by(horizon - spread_us)
-            return ranks * early + self.brought_by(horizon) - early
-
-        high = float(self.arrive.max() + count * self.step.max()) + spread_us
-        high = bisect_horizon(served, ranks * count, high)
-        # The answer is an arrival, or an arrival plus the spread: the latest by `high`.
-        return max(self.last_by(high), self.last_by(high - spread_us) + spread_us)
-
-    def each_earliest(self, most: int) -> np.ndarray:
-        """``earliest(j)`` for ``j = 1 .. most``: the ``most`` soonest grid points of all
-        entries."""
-        times = (self.arrive[:, None] + np.arange(most) * self.step[:, None]).ravel()
-        times = np.sort(times)[:most]
-        return np.concatenate([times, np.full(most - len(times), np.inf)])
+def _entries(arrive: np.ndarray, busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Links into a set, ``arrive[e, i - 1]`` (nondecreasing in ``i``) the soonest a
+    transfer over link ``e`` can bring ``i`` contributions, ``busy[e]`` apart, as chunk
+    arrivals for :mod:`tacos.latency_cuts`: one per link and ``i``, each counting once for
+    every transfer over ``e`` that ends in ``[arrive, T]`` on the grid ``T - k busy``
+    (counting back from ``T``, the latest transfers carry the most)."""
+    return arrive.ravel(), np.repeat(busy, arrive.shape[1])
 
 
 class _Links:
@@ -216,20 +163,21 @@ class _Links:
             if own == len(far):
                 continue
             links, arrive = self._entering(inside, alone)
-            busy = self.busy[links].tolist()
             for npu in members:
                 reach = arrive + self.to_npu[npu, self.dst[links]][:, None]
-                brought = _Capacity(list(reach), busy).each_earliest(len(far) - own)
+                first, step = _entries(reach, self.busy[links])
+                brought = soonest_arrivals(first, step, len(far) - own)
                 known[npu, own:] = np.maximum(known[npu, own:], brought)
         return known
 
-    def into(self, inside: np.ndarray, know: np.ndarray, to_inside: np.ndarray) -> _Capacity:
-        """The links into ``inside``, each transfer bringing what a sender outside could
-        know (``know``) when it left, and ``to_inside`` more to reach a rank."""
+    def into(
+        self, inside: np.ndarray, know: np.ndarray, to_inside: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The links into ``inside`` as :func:`_entries`, each transfer bringing what a
+        sender outside could know (``know``) when it left, and ``to_inside`` more to reach
+        a rank."""
         links, arrive = self._entering(inside, know)
-        return _Capacity(
-            list(arrive + to_inside[self.dst[links]][:, None]), self.busy[links].tolist()
-        )
+        return _entries(arrive + to_inside[self.dst[links]][:, None], self.busy[links])
 
     def _entering(self, inside: np.ndarray, know: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The links into ``inside``, and per link and ``i``, the soonest a transfer over it

@@ -264,6 +264,19 @@ def earliest_to_move(
     return arrivals.last_by(high)
 
 
+def soonest_arrivals(first_us: np.ndarray, step_us: np.ndarray, most: int) -> np.ndarray:
+    """``earliest_to_move(first_us, step_us, j)`` for ``j = 1 .. most`` at once: the
+    ``most`` soonest arrivals over all links, inf where they cannot move that many.
+
+    >>> soonest_arrivals(np.array([5.0, 1.0]), np.array([2.0, 3.0]), 5).tolist()
+    [1.0, 4.0, 5.0, 7.0, 7.0]
+    """
+    arrivals = _Arrivals(first_us, step_us)
+    times = (arrivals.first[:, None] + np.arange(most) * arrivals.step[:, None]).ravel()
+    times = np.sort(times)[:most]
+    return np.concatenate([times, np.full(most - len(times), np.inf)])
+
+
 class _Arrivals:
     """Links moving chunks, link ``i`` its ``k``-th at ``first[i] + (k - 1) step[i]`` at the
     soonest (links that never can are left out)."""

@@ -11,7 +11,7 @@ import tacos
 from tacos import combining_bound
 from tacos.collective import Collective, CollectiveKind
 from tacos.combining_bound import combining_bound_us
-from tacos.latency_cuts import earliest_to_spread
+from tacos.latency_cuts import earliest_to_spread, soonest_arrivals
 
 AR = CollectiveKind.ALL_REDUCE
 HTSIM_TREE = REFERENCE_DIR / "astra-sim" / "network" / "htsim" / "8nodes.topo"
@@ -40,18 +40,10 @@ def test_a_host_takes_in_the_far_pods_sums_only_once_they_can_be_gathered():
 def test_the_latest_transfers_are_counted_as_carrying_the_most():
     # One link, a transfer every 2 us, able to bring 1 contribution from 1 us and 3 from
     # 4 us: by 6 us the transfers ending at 6, 4 and 2 bring 3 + 3 + 1 = 7.
-    capacity = combining_bound._Capacity([np.array([1.0, 4.0, 4.0])], [2.0])
-    assert capacity.brought_by(6.0) == 7
-    assert capacity.earliest(7) == 6.0
-    assert capacity.earliest(8) == 7.0  # 7, 5, 3 (3 + 3 + 1) and the one at 1
-
-
-def test_each_earliest_agrees_with_earliest():
-    arrive = [np.array([1.0, 2.5, 2.5, 9.0]), np.array([0.5, np.inf, np.inf, np.inf])]
-    capacity = combining_bound._Capacity(arrive, [1.5, 0.75])
-    each = capacity.each_earliest(40)
-    for count in range(1, 41):
-        assert each[count - 1] == pytest.approx(capacity.earliest(count))
+    first, step = combining_bound._entries(np.array([[1.0, 4.0, 4.0]]), np.array([2.0]))
+    assert earliest_to_spread(first, step, 7, 1, 0.0) == 6.0
+    assert earliest_to_spread(first, step, 8, 1, 0.0) == 7.0  # 7, 5, 3 (3 + 3 + 1) and 1
+    assert soonest_arrivals(first, step, 8)[-2:].tolist() == [6.0, 7.0]
 
 
 def test_it_holds_for_all_reduce_on_small_enough_networks_only(monkeypatch):
@@ -82,18 +74,6 @@ def test_no_schedule_beats_it(topo, chunks, size, subset):
     schedule = tacos.synthesize(topo, spec, algorithm="best")
     times = [schedule.collective_time_us, *schedule.meta.get("candidates_us", {}).values()]
     assert min(times) >= bound * (1 - 1e-9)
-
-
-def test_one_contribution_a_transfer_spreads_as_the_cut_bounds_do():
-    # Each transfer able to bring one contribution from its first arrival on: the count is
-    # the cut bounds' count of chunks, spread inside the set alike.
-    first, step = np.array([1.0, 2.5, 4.0]), np.array([2.0, 0.5, 3.0])
-    capacity = combining_bound._Capacity([np.array([a]) for a in first], step.tolist())
-    for count in range(1, 30):
-        for ranks, spread_us in ((1, 0.0), (4, 0.75), (8, 3.0)):
-            assert capacity.earliest(count, ranks, spread_us) == pytest.approx(
-                earliest_to_spread(first, step, count, ranks, spread_us)
-            )
 
 
 def test_a_gpu_knows_other_servers_data_only_once_its_servers_nics_brought_it():

@@ -12,7 +12,7 @@ from random_networks import clusters, random_topologies
 import tacos
 from tacos import latency_cuts
 from tacos.collective import Collective, CollectiveKind
-from tacos.latency_cuts import earliest_to_move, latency_cut_bound_us
+from tacos.latency_cuts import earliest_to_move, latency_cut_bound_us, soonest_arrivals
 from tacos.shortest_paths import LinkTimes
 
 AG, RS, AR = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
@@ -116,8 +116,10 @@ def test_earliest_to_move_matches_counting_every_arrival():
     first, step = [5.0, 1.0, 2.5, math.inf], [2.0, 3.0, 0.7, 1.0]
     finite = zip(first[:3], step[:3], strict=True)
     arrivals = sorted(a + k * b for a, b in finite for k in range(60))
+    soonest = soonest_arrivals(np.array(first), np.array(step), 59)
     for count in range(1, 60):
         assert earliest_to_move(first, step, count) == pytest.approx(arrivals[count - 1])
+        assert soonest[count - 1] == pytest.approx(arrivals[count - 1])
     assert earliest_to_move(first, step, 0) == 0.0
     assert earliest_to_move([math.inf], [1.0], 1) == math.inf
 
