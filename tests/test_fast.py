@@ -359,7 +359,7 @@ def test_both_engines_match_links_fewest_first_alike():
     changed = 0
     for trial in range(30):
         topo = random_topology(rnd, rnd.randint(2, 9)) if trial % 3 else heterogeneous_mesh(4, 3)
-        spec = Collective(rnd.choice([AG, RS, AR]), tuple(topo.npus), rnd.choice([1, 2, 70]))
+        spec = Collective(rnd.choice([AG, RS, AR]), tuple(topo.npus), rnd.choice([1, 2, 24]))
         tenants, seed = Tenants((spec,)), rnd.randrange(10**6)
         policy, ports = rnd.choice(["rarest", "random"]), rnd.choice([None, None, 1, 2])
         reference_rng, fast_rng = random.Random(seed), random.Random(seed)

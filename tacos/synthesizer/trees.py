@@ -44,7 +44,10 @@ All-Gather any number of servers or leaves):
    share the messages (htsim's fat tree: one aggregation switch per pod had
    carried every message between its racks).
 2. **Trees.** Chunk ``c`` is owned as the collective lays chunks out; in every
-   group its root is the NPU at the owner's place in its own group. Each tree
+   group its root is the NPU at the owner's place in its own group (an
+   All-Reduce over one group of direct links, at several chunks per NPU, is
+   also tried with each chunk rooted at the central NPU nearest its owner:
+   :data:`CENTRAL_MIN_CHUNKS_PER_NPU`). Each tree
    books the link time its messages take, and later trees choose by what is
    booked, so link loads level out. Two ways to grow them:
 
@@ -216,6 +219,17 @@ dgx:8x8 1.279 -> 1.251 (dgx:16x8 1.187, the greedy's 1.142 kept); at two, dgx:8x
 rails 1.241 -> 1.165 (dgx:8x8 1.167 against 1.164); at four the greedy won on all four
 (1.074-1.108 against 1.113-1.142). On two to four servers the exchange wins (one chunk
 per GPU, through a hub: dgx:4x8 1.634 against 1.481, dgx:3x8 1.844 against 1.629)."""
+CENTRAL_MIN_CHUNKS_PER_NPU = 4
+"""All-Reduce over a whole network of direct links is also tried with every chunk rooted at
+a central NPU (:attr:`TreeLayout.central`) from this many chunks per NPU. A root at the
+edge (a mesh corner) waits for data from the far side before its broadcast can start and
+its last results must cross back: the pipeline fills and drains across the whole network.
+A central root halves both. Of the best layout's time over the best bound, owners' roots
+-> central ones: mesh2d:8x8 at 4 chunks per NPU 1.153 -> 1.104, mesh3d:4x4x4 at 4 1.107
+-> 1.071, mesh2d:4x4 at 16 1.031 -> 1.025, hetero 4x4 at 16 1.071 -> 1.060, hetero 8x4
+at 16 1.048 -> 1.043; at one chunk per NPU only hetero 8x4 gained (1.167 -> 1.161: half
+the NPUs then root two chunks each at once), at four the hetero meshes lost (and keep
+the owners' roots)."""
 SPANNING_DISTANCE_WEIGHT = 0.5
 """In spanning trees, what a microsecond of the new parent's distance from the root weighs
 against a microsecond of link time booked: 0 grows the cheapest tree, 1 about a
@@ -281,6 +295,9 @@ class TreeLayout(NamedTuple):
     own data once and takes in the result once, where relaying a partial sum costs its
     link a message more per chunk."""
     hub: bool = False
+    central: bool = False
+    """All-Reduce in one group: every chunk reduced into, and broadcast from, the central NPU
+    nearest its owner (:func:`_central_roots`) rather than the owner itself."""
     joined: bool = False
     rotating: bool = False
     """Straight from each owner (singleton groups), the All-Gather timed as a rotation
@@ -295,7 +312,8 @@ def tree_layouts(
 ) -> list[TreeLayout]:
     """The layouts worth building :func:`tree_collective` for (see the module docstring):
     for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
-    trees of nearer parents and spanning ones, and the servers (or leaves,
+    trees of nearer parents and spanning ones (each also with central roots from
+    :data:`CENTRAL_MIN_CHUNKS_PER_NPU` chunks per NPU), and the servers (or leaves,
     :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
     switches, two to four exchanging sums, more through a hub; for All-Gather and
     Reduce-Scatter, a cluster's servers and its leaves; for all three, every rank on
@@ -325,7 +343,12 @@ def tree_layouts(
     }
     if reduces and not topology.num_switches and len(in_bandwidth) > 1:
         whole = (tuple(sorted(spec.ranks)),)
-        layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
+        centrals = (False, True) if spec.chunks_per_rank >= CENTRAL_MIN_CHUNKS_PER_NPU else (False,)
+        layouts += [
+            TreeLayout(whole, spanning=spanning, central=central)
+            for central in centrals
+            for spanning in (False, True)
+        ]
     routes = MessageRoutes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
     direct = _direct(topology, spec.ranks)
@@ -503,6 +526,9 @@ def tree_collective(
     owners = collective_owners(spec).tolist()
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     routes = MessageRoutes(topology, spec.chunk_bytes)
+    if layout.central:
+        root_of = _central_roots(routes, spec.ranks)
+        owners = [root_of[owner] for owner in owners]
     plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces, layout.hub, layout.flat)
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
@@ -519,6 +545,21 @@ def tree_collective(
         key=lambda table: float(table.end.max()),
         default=None,
     )
+
+
+def _central_roots(routes: MessageRoutes, ranks: Sequence[int]) -> dict[int, int]:
+    """Per rank, the nearest (from it, then by number) of the central ranks: those whose
+    eccentricity (the longest time to or from another rank) is at most the median."""
+    members = frozenset(ranks)
+    away: dict[int, dict[int, float]] = {}
+    eccentricity: dict[int, float] = {}
+    for rank in ranks:
+        to_others, from_others = routes.distances(rank, members)
+        away[rank] = to_others
+        eccentricity[rank] = max(*to_others.values(), *from_others.values())
+    middle = float(np.median(list(eccentricity.values())))
+    central = [rank for rank in sorted(ranks) if eccentricity[rank] <= middle]
+    return {rank: min(central, key=lambda c: (away[rank][c], c)) for rank in ranks}
 
 
 def _sent_to_owners(gather: TransferTable, spec: Collective) -> TransferTable:
