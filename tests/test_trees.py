@@ -22,6 +22,7 @@ from tacos.synthesizer import trees as trees_module
 from tacos.synthesizer.list_scheduling import Timeline, perturbed
 from tacos.synthesizer.message_routes import MessageRoutes
 from tacos.synthesizer.ownership import collective_owners
+from tacos.synthesizer.roots import central_roots, crossing_roots, split_in_halves
 from tacos.synthesizer.trees import (
     TreeLayout,
     _Plan,
@@ -115,6 +116,12 @@ def test_it_is_tried_for_uneven_direct_links_and_for_two_to_four_servers():
     assert tree_layouts(mesh, [_all_reduce(mesh)], None) == both
     central = [_whole(mesh, central=True), _whole(mesh, spanning=True, central=True)]
     assert tree_layouts(mesh, [_all_reduce(mesh, 4)], None) == both + central
+    halves = TreeLayout((tuple(range(8)), tuple(range(8, 16))), central=True)  # slow between
+    assert tree_layouts(heterogeneous_mesh(4, 4), [_all_reduce(mesh, 4)], None) == [
+        *both,
+        *central,
+        halves,
+    ]
     assert tree_layouts(heterogeneous_mesh(4, 4), [_all_reduce(mesh)], None) == both
     assert tree_layouts(torus, [_all_reduce(torus)], None) == []  # at its bound
     assert tree_layouts(mesh, [_all_reduce(mesh)], 1) == []  # one-port NPUs
@@ -146,9 +153,36 @@ def test_central_roots_are_the_middle_rows_of_a_heterogeneous_mesh():
     # the outer rows need three. Each outer NPU's chunks go to the NPU one slow hop in.
     mesh = heterogeneous_mesh(4, 4)
     routes = MessageRoutes(mesh, 2**20)
-    roots = trees_module._central_roots(routes, tuple(mesh.npus))
+    roots = central_roots(routes, tuple(mesh.npus))
     assert roots == {npu: npu + 4 if npu < 4 else npu - 4 if npu >= 12 else npu
                      for npu in mesh.npus}  # fmt: skip
+
+
+def test_halves_joined_by_slow_links_reduce_on_the_cut_and_swap_across_it():
+    # hetero 4x4: rows 0-1 and rows 2-3 are joined by four slow links only. Each rank's
+    # chunks are reduced at the NPU of its half on the cut nearest it, which swaps sums
+    # with its neighbour across.
+    mesh = heterogeneous_mesh(4, 4)
+    halves = split_in_halves(mesh, tuple(mesh.npus))
+    assert halves == (tuple(range(8)), tuple(range(8, 16)))
+    assert split_in_halves(from_spec("mesh2d:4x4"), tuple(range(16))) is None  # one speed
+    root_of, partners = crossing_roots(MessageRoutes(mesh, 2**20), halves)
+    assert root_of == {npu: npu + 4 if npu < 4 else npu - 4 if npu >= 12 else npu
+                       for npu in mesh.npus}  # fmt: skip
+    assert partners == {root: (root, root + 4) if root < 8 else (root - 4, root)
+                        for root in range(4, 12)}  # fmt: skip
+
+
+def test_a_heterogeneous_mesh_all_reduce_within_the_issue_target_at_sixteen_chunks():
+    """hetero 4x4 at 16 chunks per NPU (issue 15 asks 1.15x the throughput bound): one tree
+    over the whole mesh, rooted at the owners, 1.167x; at central NPUs 1.155x; each half
+    reduced on the slow cut and the sums swapped across it, 1.149x."""
+    topology = heterogeneous_mesh(4, 4)
+    spec = _all_reduce(topology, 16)
+    schedule = tacos.synthesize(topology, spec, seed=0)
+    assert schedule.meta["construction"] == "trees"
+    assert tacos.verify(schedule).ok
+    assert schedule.collective_time_us <= 1.15 * tacos.lower_bounds(topology, spec).throughput_us
 
 
 def test_central_roots_fill_and_drain_a_mesh_pipeline_sooner():
@@ -355,8 +389,7 @@ def test_spanning_trees_load_a_heterogeneous_mesh_as_evenly_as_the_bound_allows(
     """hetero 4x4 (rows of fast links, slow links between rows) at 16 chunks per NPU:
     trees of nearer parents send a partial sum down every column, so the busiest link
     carries 1.16x the link-capacity bound; spanning trees cross the slow cuts about
-    once per chunk (1.01x). Its trees' All-Reduce: 1.31 -> 1.22x the throughput
-    bound."""
+    once per chunk (1.01x)."""
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 16)
     bounds = tacos.lower_bounds(topology, spec)
@@ -365,16 +398,12 @@ def test_spanning_trees_load_a_heterogeneous_mesh_as_evenly_as_the_bound_allows(
     for link, start, end in zip(built.link, built.start, built.end, strict=True):
         busy_us[link] += end - start
     assert max(busy_us) <= 1.02 * bounds.link_capacity_us
-    schedule = tacos.synthesize(topology, spec, seed=0)
-    assert schedule.meta["construction"] == "trees"
-    assert schedule.collective_time_us <= 1.23 * bounds.throughput_us
 
 
 def test_regrown_trees_lighten_the_busiest_link_of_a_heterogeneous_mesh():
     """hetero 4x4 at 16 chunks per NPU: trees of nearer parents grown chunk after chunk
     load the busiest link 1.27x the throughput bound (the first chunks chose before
-    anything was booked); regrown among the others', 1.09x, and the All-Reduce gets
-    faster: 1.22 -> 1.18x the throughput bound."""
+    anything was booked); regrown among the others', 1.09x."""
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 16)
     routes = MessageRoutes(topology, spec.chunk_bytes)
@@ -383,8 +412,6 @@ def test_regrown_trees_lighten_the_busiest_link_of_a_heterogeneous_mesh():
     assert regrown.busiest_us <= 0.9 * first.busiest_us
     for trees in plan.rounds:  # the same messages: one up and one down per NPU and chunk
         assert len(trees.transfers) == 2 * spec.num_chunks * (topology.num_npus - 1)
-    throughput_us = tacos.lower_bounds(topology, spec).throughput_us
-    assert tacos.synthesize(topology, spec, seed=0).collective_time_us <= 1.19 * throughput_us
 
 
 def test_polishing_takes_a_heterogeneous_mesh_within_the_issue_target():

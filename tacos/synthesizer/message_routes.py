@@ -44,14 +44,14 @@ class MessageRoutes:
             self.longest_hops = max([self.longest_hops, *(len(r) for _, r in found.values())])
         return found
 
-    def connect(self, groups: Sequence[Sequence[int]]) -> bool:
-        """Whether messages inside each group join all its NPUs both ways, and NPUs at one
-        place of different groups reach each other in one message."""
+    def connect(self, groups: Sequence[Sequence[int]], places: bool = True) -> bool:
+        """Whether messages inside each group join all its NPUs both ways, and (``places``)
+        NPUs at one place of different groups reach each other in one message."""
         for group in groups:
             from_first, to_first = self.distances(group[0], frozenset(group))
             if len(from_first) != len(group) or len(to_first) != len(group):
                 return False
-        return all(
+        return not places or all(
             peer in self.from_npu(npu)
             for place in zip(*groups, strict=True)
             for npu in place

@@ -47,7 +47,8 @@ All-Gather any number of servers or leaves):
    group its root is the NPU at the owner's place in its own group (an
    All-Reduce over one group of direct links, at several chunks per NPU, is
    also tried with each chunk rooted at the central NPU nearest its owner:
-   :data:`CENTRAL_MIN_CHUNKS_PER_NPU`). Each tree
+   :data:`CENTRAL_MIN_CHUNKS_PER_NPU`; and where slow links join its two halves,
+   as two groups rooted on the cut: :func:`~.roots.split_in_halves`). Each tree
    books the link time its messages take, and later trees choose by what is
    booked, so link loads level out. Two ways to grow them:
 
@@ -134,7 +135,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -155,6 +156,7 @@ from tacos.synthesizer.list_scheduling import (
 )
 from tacos.synthesizer.message_routes import MessageRoutes, Reach, Route
 from tacos.synthesizer.ownership import collective_owners, owned_chunks
+from tacos.synthesizer.roots import central_roots, crossing_roots, split_in_halves
 from tacos.synthesizer.rotation import rotation, slots_line_up
 from tacos.synthesizer.timing import played_backwards
 from tacos.topology import Topology
@@ -296,8 +298,9 @@ class TreeLayout(NamedTuple):
     link a message more per chunk."""
     hub: bool = False
     central: bool = False
-    """All-Reduce in one group: every chunk reduced into, and broadcast from, the central NPU
-    nearest its owner (:func:`_central_roots`) rather than the owner itself."""
+    """All-Reduce over a network of direct links, roots placed by its shape (:mod:`.roots`)
+    rather than by the owner's place: in one group, the central NPU nearest the owner; in
+    two halves, the NPU on the cut nearest the owner and its neighbour across."""
     joined: bool = False
     rotating: bool = False
     """Straight from each owner (singleton groups), the All-Gather timed as a rotation
@@ -313,7 +316,8 @@ def tree_layouts(
     """The layouts worth building :func:`tree_collective` for (see the module docstring):
     for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
     trees of nearer parents and spanning ones (each also with central roots from
-    :data:`CENTRAL_MIN_CHUNKS_PER_NPU` chunks per NPU), and the servers (or leaves,
+    :data:`CENTRAL_MIN_CHUNKS_PER_NPU` chunks per NPU, and then its halves where slow
+    links join them, :func:`~.roots.split_in_halves`), and the servers (or leaves,
     :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
     switches, two to four exchanging sums, more through a hub; for All-Gather and
     Reduce-Scatter, a cluster's servers and its leaves; for all three, every rank on
@@ -349,6 +353,9 @@ def tree_layouts(
             for central in centrals
             for spanning in (False, True)
         ]
+        halves = split_in_halves(topology, spec.ranks) if centrals[-1] else None
+        if halves is not None:
+            layouts.append(TreeLayout(halves, central=True))
     routes = MessageRoutes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
     direct = _direct(topology, spec.ranks)
@@ -384,7 +391,7 @@ def tree_layouts(
     return [
         layout for layout in layouts
         if fits(layout, _transfers(layout, spec, 1))
-        and routes.connect(layout.groups)
+        and routes.connect(layout.groups, places=not layout.central)
         and fits(layout, _transfers(layout, spec, routes.longest_hops))
     ]  # fmt: skip
 
@@ -526,10 +533,19 @@ def tree_collective(
     owners = collective_owners(spec).tolist()
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     routes = MessageRoutes(topology, spec.chunk_bytes)
-    if layout.central:
-        root_of = _central_roots(routes, spec.ranks)
+    partners = None
+    if layout.central and len(layout.groups) == 1:
+        root_of = central_roots(routes, spec.ranks)
         owners = [root_of[owner] for owner in owners]
-    plan = _Plan(routes, layout.groups, owners, layout.spanning, reduces, layout.hub, layout.flat)
+    elif layout.central:
+        crossing = crossing_roots(routes, layout.groups)
+        if crossing is None:
+            return None
+        root_of, partners = crossing
+        owners = [root_of[owner] for owner in owners]
+    plan = _Plan(
+        routes, layout.groups, owners, layout.spanning, reduces, layout.hub, layout.flat, partners
+    )
     launch = _launch_order(owners, rng)
     first, *regrown = plan.rounds
     lighter = REGROWN_IF_BUSIEST_BELOW * first.busiest_us
@@ -545,21 +561,6 @@ def tree_collective(
         key=lambda table: float(table.end.max()),
         default=None,
     )
-
-
-def _central_roots(routes: MessageRoutes, ranks: Sequence[int]) -> dict[int, int]:
-    """Per rank, the nearest (from it, then by number) of the central ranks: those whose
-    eccentricity (the longest time to or from another rank) is at most the median."""
-    members = frozenset(ranks)
-    away: dict[int, dict[int, float]] = {}
-    eccentricity: dict[int, float] = {}
-    for rank in ranks:
-        to_others, from_others = routes.distances(rank, members)
-        away[rank] = to_others
-        eccentricity[rank] = max(*to_others.values(), *from_others.values())
-    middle = float(np.median(list(eccentricity.values())))
-    central = [rank for rank in sorted(ranks) if eccentricity[rank] <= middle]
-    return {rank: min(central, key=lambda c: (away[rank][c], c)) for rank in ranks}
 
 
 def _sent_to_owners(gather: TransferTable, spec: Collective) -> TransferTable:
@@ -849,6 +850,7 @@ class _Plan:
         reduces: bool = True,
         hub: bool = False,
         flat: bool = False,
+        partners: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         self.routes = routes
         self.spanning = spanning
@@ -871,7 +873,11 @@ class _Plan:
                 if hub:
                     self._add_hub_chunk(chunk, owner, members)
                 else:
-                    roots = [group[place[owner][1]] for group in groups]
+                    roots = (
+                        partners[owner]
+                        if partners is not None
+                        else [group[place[owner][1]] for group in groups]
+                    )
                     self._add_chunk(chunk, owner, roots, members)
                 if grown:
                     trees[chunk] = (self.transfers, self.exchanges)
