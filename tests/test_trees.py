@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from paths import REFERENCE_DIR
 from random_networks import clusters, host_fabrics, random_topologies
@@ -82,6 +82,24 @@ def test_on_any_network_of_direct_links_the_trees_make_a_valid_all_reduce(
     transfers = tree_collective(topology, spec, layout, random.Random(seed))
     schedule = _checked(topology, spec, transfers)
     assert schedule.collective_time_us >= tacos.lower_bounds(topology, spec).best_us * (1 - 1e-9)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(random_topologies(), st.integers(4, 5), st.integers(0, 2**16))
+def test_halves_swapping_sums_across_their_cut_make_a_valid_all_reduce(topology, chunks, seed):
+    """Wherever halves are offered (slow links between them, every half joined by its own
+    links), the All-Reduce verifies and replays exactly, or is dropped (a root whose sum
+    went out after the other half's had been added in)."""
+    spec = _all_reduce(topology, chunks)
+    offered = [layout for layout in tree_layouts(topology, [spec], None) if len(layout.groups) == 2]
+    assume(offered)
+    built = tree_collective(topology, spec, offered[0], random.Random(seed))
+    if built is not None:
+        _checked(topology, spec, built)
 
 
 @pytest.mark.parametrize("spanning", [False, True])

@@ -79,9 +79,9 @@ def crossing_roots(
     routes: MessageRoutes, groups: Sequence[Sequence[int]]
 ) -> tuple[dict[int, int], dict[int, tuple[int, ...]]] | None:
     """Two halves of a network of direct links: per rank, the root of its chunks (the NPU of
-    its half nearest it among those one message from the other half), and per such root,
-    the roots of both halves (it, and the NPU of the other half nearest it); None when a
-    half has no such NPU."""
+    its half nearest it among those one message from the other half and back), and per
+    such root, the roots of both halves (it, and the NPU of the other half nearest it
+    there and back: the two swap sums); None when a half has no such NPU."""
     members = [frozenset(group) for group in groups]
     root_of: dict[int, int] = {}
     partners: dict[int, tuple[int, ...]] = {}
@@ -89,9 +89,13 @@ def crossing_roots(
         other = members[1 - side]
         across = {}
         for npu in sorted(inside):
-            reach = [(us, peer) for peer, (us, _) in routes.from_npu(npu).items() if peer in other]
-            if reach:
-                across[npu] = min(reach)[1]
+            both_ways = [
+                (us + routes.from_npu(peer)[npu][0], peer)
+                for peer, (us, _) in routes.from_npu(npu).items()
+                if peer in other and npu in routes.from_npu(peer)
+            ]
+            if both_ways:
+                across[npu] = min(both_ways)[1]
         if not across:
             return None
         for rank in sorted(inside):
