@@ -58,6 +58,14 @@ def _checked(topology, spec, transfers):
     return schedule
 
 
+def _synthesized_on_trees(topology, spec):
+    """What ``tacos.synthesize`` makes, checked to come from the trees and to verify."""
+    schedule = tacos.synthesize(topology, spec, seed=0)
+    assert schedule.meta["construction"] == "trees"
+    assert tacos.verify(schedule).ok
+    return schedule
+
+
 def _whole(topology, spanning=False, central=False):
     return TreeLayout((tuple(topology.npus),), spanning, central=central)
 
@@ -197,9 +205,7 @@ def test_a_heterogeneous_mesh_all_reduce_within_the_issue_target_at_sixteen_chun
     reduced on the slow cut and the sums swapped across it, 1.149x."""
     topology = heterogeneous_mesh(4, 4)
     spec = _all_reduce(topology, 16)
-    schedule = tacos.synthesize(topology, spec, seed=0)
-    assert schedule.meta["construction"] == "trees"
-    assert tacos.verify(schedule).ok
+    schedule = _synthesized_on_trees(topology, spec)
     assert schedule.collective_time_us <= 1.15 * tacos.lower_bounds(topology, spec).throughput_us
 
 
@@ -438,9 +444,7 @@ def test_polishing_takes_a_heterogeneous_mesh_within_the_issue_target():
     1.144x (issue 15 asks 1.15x)."""
     topology = heterogeneous_mesh(8, 4)
     spec = _all_reduce(topology, 16)
-    schedule = tacos.synthesize(topology, spec, seed=0)
-    assert schedule.meta["construction"] == "trees"
-    assert tacos.verify(schedule).ok
+    schedule = _synthesized_on_trees(topology, spec)
     assert schedule.collective_time_us <= 1.15 * tacos.lower_bounds(topology, spec).throughput_us
 
 
@@ -535,9 +539,7 @@ def _times_the_bound_on_trees(topology, chunks):
     """The synthesized All-Reduce's time over the best lower bound, once it is checked to
     come from the trees and to verify."""
     spec = _all_reduce(topology, chunks)
-    schedule = tacos.synthesize(topology, spec, seed=0)
-    assert schedule.meta["construction"] == "trees"
-    assert tacos.verify(schedule).ok
+    schedule = _synthesized_on_trees(topology, spec)
     return schedule.collective_time_us / tacos.lower_bounds(topology, spec).best_us
 
 
@@ -583,9 +585,7 @@ def test_rails_gather_and_scatter_within_the_issue_target_at_one_chunk_per_gpu()
     topology = from_spec("dgx:8x8,nodes-per-leaf=4")
     for kind in (AG, RS):
         spec = Collective(kind, tuple(topology.npus), 1, 2**20)
-        schedule = tacos.synthesize(topology, spec, seed=0)
-        assert schedule.meta["construction"] == "trees"
-        assert tacos.verify(schedule).ok
+        schedule = _synthesized_on_trees(topology, spec)
         assert schedule.collective_time_us <= 1.3 * tacos.lower_bounds(topology, spec).best_us
 
 
