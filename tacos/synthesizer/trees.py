@@ -46,7 +46,7 @@ All-Gather any number of servers or leaves):
 2. **Trees.** Chunk ``c`` is owned as the collective lays chunks out; in every
    group its root is the NPU at the owner's place in its own group (an
    All-Reduce over one group of direct links, at several chunks per NPU, is
-   also tried with each chunk rooted at the central NPU nearest its owner:
+   also tried on spanning trees rooted at the central NPU nearest the owner:
    :data:`CENTRAL_MIN_CHUNKS_PER_NPU`; and where slow links join its two halves,
    as two groups rooted on the cut: :func:`~.roots.split_in_halves`). Each tree
    books the link time its messages take, and later trees choose by what is
@@ -222,16 +222,19 @@ rails 1.241 -> 1.165 (dgx:8x8 1.167 against 1.164); at four the greedy won on al
 (1.074-1.108 against 1.113-1.142). On two to four servers the exchange wins (one chunk
 per GPU, through a hub: dgx:4x8 1.634 against 1.481, dgx:3x8 1.844 against 1.629)."""
 CENTRAL_MIN_CHUNKS_PER_NPU = 4
-"""All-Reduce over a whole network of direct links is also tried with every chunk rooted at
-a central NPU (:attr:`TreeLayout.central`) from this many chunks per NPU. A root at the
-edge (a mesh corner) waits for data from the far side before its broadcast can start and
-its last results must cross back: the pipeline fills and drains across the whole network.
-A central root halves both. Of the best layout's time over the best bound, owners' roots
--> central ones: mesh2d:8x8 at 4 chunks per NPU 1.153 -> 1.104, mesh3d:4x4x4 at 4 1.107
--> 1.071, mesh2d:4x4 at 16 1.031 -> 1.025, hetero 4x4 at 16 1.071 -> 1.060, hetero 8x4
-at 16 1.048 -> 1.043; at one chunk per NPU only hetero 8x4 gained (1.167 -> 1.161: half
-the NPUs then root two chunks each at once), at four the hetero meshes lost (and keep
-the owners' roots)."""
+"""All-Reduce over a whole network of direct links is also tried with spanning trees rooted
+at central NPUs (:attr:`TreeLayout.central`, :mod:`.roots`) from this many chunks per
+NPU, and as two halves where slow links join them. A root at the edge (a mesh corner)
+waits for data from the far side before its broadcast can start and its last results
+must cross back: the pipeline fills and drains across the whole network. A central root
+halves both. Of the best layout's time over the best bound, owners' roots -> central
+ones: mesh2d:8x8 at 4 chunks per NPU 1.153 -> 1.104, at 16 1.023 -> 1.014,
+mesh3d:4x4x4 at 4 1.107 -> 1.071, mesh2d:4x4 at 16 1.031 -> 1.025, hetero 8x4 at 16
+1.048 -> 1.043. At one chunk per NPU only hetero 8x4 gained (1.167 -> 1.161: half the
+NPUs then root two chunks each at once); at four the hetero meshes kept the owners'
+roots. Trees of nearer parents at central roots were never the fastest (hetero 4x4 at
+16 chunks 1.060, its halves 1.055; mesh2d:8x8 at 16 1.054 against 1.014), so they are
+not built."""
 SPANNING_DISTANCE_WEIGHT = 0.5
 """In spanning trees, what a microsecond of the new parent's distance from the root weighs
 against a microsecond of link time booked: 0 grows the cheapest tree, 1 about a
@@ -315,7 +318,7 @@ def tree_layouts(
 ) -> list[TreeLayout]:
     """The layouts worth building :func:`tree_collective` for (see the module docstring):
     for All-Reduce, the whole network on direct links with uneven NPU bandwidth, with
-    trees of nearer parents and spanning ones (each also with central roots from
+    trees of nearer parents and spanning ones (spanning ones also with central roots from
     :data:`CENTRAL_MIN_CHUNKS_PER_NPU` chunks per NPU, and then its halves where slow
     links join them, :func:`~.roots.split_in_halves`), and the servers (or leaves,
     :func:`_leaves`) of a cluster whose same-place NPUs reach each other through
@@ -347,15 +350,12 @@ def tree_layouts(
     }
     if reduces and not topology.num_switches and len(in_bandwidth) > 1:
         whole = (tuple(sorted(spec.ranks)),)
-        centrals = (False, True) if spec.chunks_per_rank >= CENTRAL_MIN_CHUNKS_PER_NPU else (False,)
-        layouts += [
-            TreeLayout(whole, spanning=spanning, central=central)
-            for central in centrals
-            for spanning in (False, True)
-        ]
-        halves = split_in_halves(topology, spec.ranks) if centrals[-1] else None
-        if halves is not None:
-            layouts.append(TreeLayout(halves, central=True))
+        layouts += [TreeLayout(whole), TreeLayout(whole, spanning=True)]
+        if spec.chunks_per_rank >= CENTRAL_MIN_CHUNKS_PER_NPU:
+            layouts.append(TreeLayout(whole, spanning=True, central=True))
+            halves = split_in_halves(topology, spec.ranks)
+            if halves is not None:
+                layouts.append(TreeLayout(halves, central=True))
     routes = MessageRoutes(topology, spec.chunk_bytes)
     servers = node_groups(topology, spec.ranks)
     direct = _direct(topology, spec.ranks)
