@@ -839,7 +839,9 @@ class _Plan:
     """Trees grown for every chunk, link loads booked as they grow: ``rounds`` holds them
     as first grown, then (nearer parents) as regrown (:data:`GROWN_ROUNDS`). While a
     chunk's trees grow, ``transfers`` and ``exchanges`` collect them, numbered from 0.
-    ``reduces``: an All-Reduce; else an All-Gather (broadcast trees only)."""
+    ``reduces``: an All-Reduce; else an All-Gather (broadcast trees only). ``partners``:
+    per owner, its chunks' root in every group (else the NPU at the owner's place in each,
+    as on a cluster's servers)."""
 
     def __init__(
         self,
