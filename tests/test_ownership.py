@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 import tacos
 from tacos.collective import Collective, CollectiveKind
+from tacos.schedule import Schedule
+from tacos.synthesizer import fastest_greedy
+from tacos.synthesizer.collectives import Tenants
 from tacos.synthesizer.ownership import (
     collective_owners,
     level_shares,
@@ -44,11 +49,15 @@ def test_equal_npus_keep_the_collectives_own_layout():
 
 
 def test_levelled_ownership_speeds_up_all_reduce_on_a_mesh():
-    """Corners own more, so they are not the last to finish either phase (1.75x -> 1.38x)."""
+    """Corners own more, so they are not the last to finish either phase (1.75x -> 1.38x).
+    The greedy alone (trees do better still, :mod:`tacos.synthesizer.trees`)."""
     topology = from_spec("mesh2d:8x8")
     spec = Collective(CollectiveKind.ALL_REDUCE, tuple(topology.npus), 4, 2**20)
-    schedule = tacos.synthesize(topology, spec, seed=0)
-    tacos.verify(schedule)
+    transfers, _ = fastest_greedy(
+        topology, Tenants((spec,)), random.Random(0), "rarest", None, "fast"
+    )
+    schedule = Schedule(topology, spec, transfers, {})
+    assert tacos.verify(schedule).ok
     assert schedule.collective_time_us <= 1.45 * tacos.lower_bounds(topology, spec).best_us
 
 
