@@ -50,8 +50,13 @@ from functools import cached_property
 import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
-from tacos.latency_cuts import MAX_SPREAD_RANKS, cut_sets, earliest_to_spread, soonest_arrivals
-from tacos.shortest_paths import LinkTimes
+from tacos.latency_cuts import (
+    TimedLinks,
+    cut_sets,
+    earliest_to_spread,
+    soonest_arrivals,
+    spread_inside,
+)
 from tacos.topology import Topology
 
 MAX_NPUS = 128
@@ -92,6 +97,7 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
             continue
         to_inside = links.backward.from_nodes(np.flatnonzero(ranks & inside))
         far_us = to_inside[outside_ranks]
+        spread = spread_inside(topology, links, ranks, inside)
         for fraction in FAR_FRACTIONS:
             far = outside_ranks[far_us >= np.quantile(far_us, fraction)]
             key = far.tobytes()
@@ -99,7 +105,6 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
                 known[key] = links.knowing_us(far, groups)
             first, step = links.into(inside, known[key], to_inside)
             count = collective.num_chunks * len(far)
-            spread = links.spread(inside, ranks)
             bound = max(bound, earliest_to_spread(first, step, count, *spread))
     return bound
 
@@ -113,31 +118,14 @@ def _entries(arrive: np.ndarray, busy: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return arrive.ravel(), np.repeat(busy, arrive.shape[1])
 
 
-class _Links:
-    """A topology's links timed for one chunk, and the times between its NPUs and nodes."""
+class _Links(TimedLinks):
+    """The cuts' timed links, and the times between the topology's NPUs and nodes."""
 
     def __init__(self, topology: Topology, chunk_bytes: int) -> None:
+        super().__init__(topology, chunk_bytes)
         self.topology = topology
-        self.duration = np.asarray(topology.link_times_us(chunk_bytes))
-        self.busy = np.asarray(topology.link_busy_times_us(chunk_bytes))
-        self.backward = LinkTimes(topology, self.duration, backwards=True)
-        forward = LinkTimes(topology, self.duration)
-        self.from_npu = np.stack([forward.from_nodes([npu]) for npu in topology.npus])
+        self.from_npu = np.stack([self.forward.from_nodes([npu]) for npu in topology.npus])
         """``from_npu[w, n]``: the time from NPU ``w`` to node ``n``."""
-        self.src = np.fromiter((lk.src for lk in topology.links), np.int64, len(topology.links))
-        self.dst = np.fromiter((lk.dst for lk in topology.links), np.int64, len(topology.links))
-
-    def spread(self, inside: np.ndarray, ranks: np.ndarray) -> tuple[int, float]:
-        """How many ranks ``inside`` has, and the least time from one of them to another
-        (0.0 when some NPU inside is not a rank, or it has more than
-        :data:`~tacos.latency_cuts.MAX_SPREAD_RANKS`), as the cut bounds take them."""
-        members = np.flatnonzero(ranks & inside)
-        npus = self.topology.num_npus
-        if not 2 <= len(members) <= MAX_SPREAD_RANKS or (inside & ~ranks)[:npus].any():
-            return len(members), 0.0
-        between = self.from_npu[np.ix_(members, members)]
-        np.fill_diagonal(between, np.inf)
-        return len(members), float(between.min())
 
     @cached_property
     def to_npu(self) -> np.ndarray:

@@ -97,7 +97,7 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         return 0.0
     ranks = np.zeros(topology.num_nodes, bool)
     ranks[list(collective.ranks)] = True
-    timed = _TimedLinks(topology, collective.chunk_bytes)
+    timed = TimedLinks(topology, collective.chunk_bytes)
     src, dst = timed.src, timed.dst
 
     def entering(inside: np.ndarray) -> float:
@@ -106,7 +106,7 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         to_inside = timed.backward.from_nodes(np.flatnonzero(ranks & inside))
         into = ~inside[src] & inside[dst]
         candidates = np.flatnonzero(outside_ranks)
-        inside_ranks, spread_us = _spread_inside(topology, timed, ranks, inside)
+        inside_ranks, spread_us = spread_inside(topology, timed, ranks, inside)
         if kind is CollectiveKind.ALL_REDUCE:
             farthest = int(candidates[np.argmax(to_inside[candidates])])
             ready = timed.forward.from_nodes([farthest])[src[into]]
@@ -137,15 +137,15 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
 
 
 def _first_arrivals(
-    timed: _TimedLinks, into: np.ndarray, ready: np.ndarray, to_inside: np.ndarray
+    timed: TimedLinks, into: np.ndarray, ready: np.ndarray, to_inside: np.ndarray
 ) -> np.ndarray:
     """Per link ``into`` a set, the soonest a chunk over it can be at a rank of the set,
     the chunk at the link's tail no sooner than ``ready``."""
     return ready + timed.duration[into] + to_inside[timed.dst[into]]
 
 
-def _spread_inside(
-    topology: Topology, timed: _TimedLinks, ranks: np.ndarray, inside: np.ndarray
+def spread_inside(
+    topology: Topology, timed: TimedLinks, ranks: np.ndarray, inside: np.ndarray
 ) -> tuple[int, float]:
     """How many ranks a set has, and the least time from one of them to another (0.0 when
     some NPU of the set is not a rank, or it has more than :data:`MAX_SPREAD_RANKS`)."""
@@ -210,11 +210,11 @@ def gossip_latency_bound_us(topology: Topology, collective: Collective) -> float
     the count does not hold, see :func:`~tacos.gossip_bound.gossips`)."""
     if not gossips(topology, collective):
         return 0.0
-    timed = _TimedLinks(topology, collective.chunk_bytes)
+    timed = TimedLinks(topology, collective.chunk_bytes)
     return _gossip_latency_us(topology, timed, collective.num_chunks)
 
 
-class _TimedLinks:
+class TimedLinks:
     """A topology's links as arrays, with one chunk's time on each: what the cuts count on."""
 
     def __init__(self, topology: Topology, chunk_bytes: int) -> None:
@@ -227,7 +227,7 @@ class _TimedLinks:
         self.dst = np.fromiter((lk.dst for lk in links), np.int64, len(links))
 
 
-def _gossip_latency_us(topology: Topology, timed: _TimedLinks, num_chunks: int) -> float:
+def _gossip_latency_us(topology: Topology, timed: TimedLinks, num_chunks: int) -> float:
     """:func:`gossip_latency_bound_us` on links already timed."""
     npus = range(topology.num_npus)
     ready, onward = timed.forward.from_nodes(npus), timed.backward.from_nodes(npus)
