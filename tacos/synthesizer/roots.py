@@ -23,6 +23,17 @@ from networkx.algorithms.community import kernighan_lin_bisection
 from tacos.synthesizer.message_routes import MessageRoutes
 from tacos.topology import Topology
 
+Placed = tuple[dict[int, int], dict[int, tuple[int, ...]]]
+"""Per rank, the root of its chunks; per such root, the chunk's root in every group."""
+
+
+def placed_roots(routes: MessageRoutes, groups: Sequence[Sequence[int]]) -> Placed | None:
+    """One group: :func:`central_roots`; two halves: :func:`crossing_roots`."""
+    if len(groups) == 1:
+        root_of = central_roots(routes, groups[0])
+        return root_of, {root: (root,) for root in root_of.values()}
+    return crossing_roots(routes, groups)
+
 
 def central_roots(routes: MessageRoutes, ranks: Sequence[int]) -> dict[int, int]:
     """Per rank, the nearest (from it, then by number) of the central ranks: those whose
@@ -75,9 +86,7 @@ def split_in_halves(topology: Topology, ranks: Sequence[int]) -> tuple[tuple[int
     return tuple(sorted((tuple(sorted(one)), tuple(sorted(wanted - one)))))
 
 
-def crossing_roots(
-    routes: MessageRoutes, groups: Sequence[Sequence[int]]
-) -> tuple[dict[int, int], dict[int, tuple[int, ...]]] | None:
+def crossing_roots(routes: MessageRoutes, groups: Sequence[Sequence[int]]) -> Placed | None:
     """Two halves of a network of direct links: per rank, the root of its chunks (the NPU of
     its half nearest it among those one message from the other half and back), and per
     such root, the roots of both halves (it, and the NPU of the other half nearest it

@@ -156,7 +156,7 @@ from tacos.synthesizer.list_scheduling import (
 )
 from tacos.synthesizer.message_routes import MessageRoutes, Reach, Route
 from tacos.synthesizer.ownership import collective_owners, owned_chunks
-from tacos.synthesizer.roots import central_roots, crossing_roots, split_in_halves
+from tacos.synthesizer.roots import placed_roots, split_in_halves
 from tacos.synthesizer.rotation import rotation, slots_line_up
 from tacos.synthesizer.timing import played_backwards
 from tacos.topology import Topology
@@ -534,14 +534,11 @@ def tree_collective(
     reduces = spec.kind is CollectiveKind.ALL_REDUCE
     routes = MessageRoutes(topology, spec.chunk_bytes)
     partners = None
-    if layout.central and len(layout.groups) == 1:
-        root_of = central_roots(routes, spec.ranks)
-        owners = [root_of[owner] for owner in owners]
-    elif layout.central:
-        crossing = crossing_roots(routes, layout.groups)
-        if crossing is None:
+    if layout.central:
+        placed = placed_roots(routes, layout.groups)
+        if placed is None:
             return None
-        root_of, partners = crossing
+        root_of, partners = placed
         owners = [root_of[owner] for owner in owners]
     plan = _Plan(
         routes, layout.groups, owners, layout.spanning, reduces, layout.hub, layout.flat, partners
