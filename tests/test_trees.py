@@ -465,6 +465,29 @@ def test_perturbed_restarts_leave_the_local_optimum_the_rounds_settle_in(monkeyp
     assert searched_us < settled_us
 
 
+def test_a_plan_whose_first_passes_end_far_behind_the_time_to_beat_is_not_polished(monkeypatch):
+    """A plan whose first passes end more than 10% behind the time to beat is dropped
+    before polishing, which never gained that much; one just inside is polished, and
+    gains (hetero 4x4 at four chunks per NPU)."""
+    topology = heterogeneous_mesh(4, 4)
+    spec = _all_reduce(topology, 4)
+    nearer = _whole(topology)
+    with monkeypatch.context() as unpolished:
+        unpolished.setattr(trees_module, "POLISHING_ROUNDS", 0)
+        unpolished.setattr(trees_module, "PERTURBED_RESTARTS", 0)
+        first = tree_collective(topology, spec, nearer, random.Random(0))
+    first_us = _checked(topology, spec, first).collective_time_us
+    at_most_us = first_us / trees_module.DROPPED_BEHIND
+    behind = tree_collective(
+        topology, spec, nearer, random.Random(0), to_beat_us=0.999 * at_most_us
+    )
+    assert behind is None
+    polished = tree_collective(
+        topology, spec, nearer, random.Random(0), to_beat_us=1.001 * at_most_us
+    )
+    assert _checked(topology, spec, polished).collective_time_us < first_us
+
+
 def test_a_perturbed_search_never_returns_a_slower_order():
     topology = from_spec("mesh2d:3x3")
     spec = _all_reduce(topology, 2)

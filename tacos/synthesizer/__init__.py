@@ -446,8 +446,9 @@ def fastest_construction(
 
     if policy == "rarest":
         for layout in tree_layouts(topology, tenants.specs, sends_in_flight, far_from_bound):
+            to_beat_us = finish_us(transfers)
             on_trees = tree_collective(
-                topology, tenants.specs[0], layout, random.Random(seed), finish_us(transfers)
+                topology, tenants.specs[0], layout, random.Random(seed), to_beat_us, to_beat_us
             )
             if on_trees is not None and finish_us(on_trees) < finish_us(transfers):
                 transfers, construction, reordered = on_trees, "trees", False

@@ -279,6 +279,16 @@ above (rails over two leaves at four chunks per GPU, about 75,000; dgx:16x8 at o
 gained nothing for 5-11 s more. All-Gathers (and the Reduce-Scatters mirrored from them)
 are not perturbed either: on the cluster suite at one and four chunks per GPU none
 gained, and rails over two leaves at one took 4.5 s instead of 2.2."""
+DROPPED_BEHIND = 1.10
+"""A plan whose first passes end more than 10% after the fastest schedule so far (the
+``to_beat_us`` of :func:`tree_collective`) is dropped unpolished: polishing (rounds and
+restarts) never gained more than 5.6% on the cluster and quality suites (dgx:6x8's hub
+at one chunk per GPU 357.2 -> 338.3 us, 1.6% behind the greedy before; fat-tree:4's hub
+841.3 -> 801.2; hetero 4x4's spanning trees at four chunks per NPU 468.2 -> 450.6).
+Rails over two leaves at one chunk per GPU polished its leaves' exchange, whose first
+passes end 10-17% after the hub's 456.1 us, only to lose: 16.4-19.5 s -> 14.7-14.9 s
+for its All-Reduce, the same schedule. Every time in the quality suite and in the cluster
+suite at one chunk per NPU is unchanged."""
 POLISHED_ABOVE_BUSIEST = 1.03
 """Only schedules ending later than this times their busiest link's booked time are
 polished: one within 3% of it has little left to gain (the meshes at 16 chunks per NPU,
@@ -506,12 +516,14 @@ def tree_collective(
     layout: TreeLayout,
     rng: random.Random,
     within_us: float = math.inf,
+    to_beat_us: float = math.inf,
 ) -> TransferTable | list[Transfer] | None:
     """The collective of the module docstring, re-timed as soon as possible; None when
     some root of an All-Reduce would send its partial sum after another root's had been
     added to it, or when every plan keeps some link busy for ``within_us`` or longer (it
-    cannot finish sooner, so it is not scheduled). Transfers are sorted by (start, link),
-    dependencies before dependants."""
+    cannot finish sooner, so it is not scheduled) or ends its first passes far behind
+    ``to_beat_us``, the fastest schedule so far (:data:`DROPPED_BEHIND`). Transfers are
+    sorted by (start, link), dependencies before dependants."""
     gather = replace(spec, kind=CollectiveKind.ALL_GATHER)
     if layout.joined:
         return _reduced_then_gathered(topology, spec, layout._replace(joined=False), rng, within_us)
@@ -524,7 +536,9 @@ def tree_collective(
         assert isinstance(spread, TransferTable)
         return _replayed(_sent_to_owners(spread, spec), topology, spec)
     if spec.kind is CollectiveKind.REDUCE_SCATTER:
-        spread = tree_collective(topology.transposed(), gather, layout, rng, within_us)
+        spread = tree_collective(
+            topology.transposed(), gather, layout, rng, within_us, to_beat_us
+        )  # its mirror takes as long
         if spread is None:
             return None
         assert isinstance(spread, TransferTable)
@@ -552,7 +566,9 @@ def tree_collective(
         if trees.busiest_busy_us(busy_us) < within_us
     ]  # fmt: skip
     noise = np.random.default_rng(rng.getrandbits(64))
-    timed = [_timed(topology, spec, trees, layout.groups, launch, noise) for trees in tried]
+    timed = [
+        _timed(topology, spec, trees, layout.groups, launch, noise, to_beat_us) for trees in tried
+    ]
     return min(
         (table for table in timed if table is not None),
         key=lambda table: float(table.end.max()),
@@ -667,10 +683,12 @@ def _timed(
     groups: Sequence[Sequence[int]],
     launch: Sequence[int],
     noise: np.random.Generator,
+    to_beat_us: float = math.inf,
 ) -> TransferTable | None:
     """``trees`` list-scheduled from each first pass, the fastest polished (by more
     forward-backward rounds, then perturbed restarts drawing on ``noise``) and re-timed by
-    the replay; None when a root would send its sum after another's was added into it."""
+    the replay; None when a root would send its sum after another's was added into it, or
+    when the first passes end more than :data:`DROPPED_BEHIND` times ``to_beat_us``."""
     planned = trees.table()
     timeline = Timeline(topology, planned, spec.chunk_bytes)
     chains_us = longest_chains_us(planned, topology.link_times_us(spec.chunk_bytes))
@@ -678,6 +696,8 @@ def _timed(
         (settled(timeline, first) for first in _first_passes(trees, groups, launch, chains_us)),
         key=lambda times: times.finish_us,
     )
+    if best.finish_us > DROPPED_BEHIND * to_beat_us:
+        return None
     fastest = [best]
     if best.finish_us > POLISHED_ABOVE_BUSIEST * trees.busiest_us:
         best = refined(timeline, best, POLISHING_ROUNDS, POLISHED_AFTER_IDLE_ROUNDS)
