@@ -445,13 +445,14 @@ def fastest_construction(
         return greedy_us > FAR_FROM_BOUND * lower_bounds(topology, tenants.specs[0]).best_us
 
     if policy == "rarest":
+        to_beat_us = greedy_us
         for layout in tree_layouts(topology, tenants.specs, sends_in_flight, far_from_bound):
-            to_beat_us = finish_us(transfers)
             on_trees = tree_collective(
                 topology, tenants.specs[0], layout, random.Random(seed), to_beat_us, to_beat_us
             )
-            if on_trees is not None and finish_us(on_trees) < finish_us(transfers):
+            if on_trees is not None and finish_us(on_trees) < to_beat_us:
                 transfers, construction, reordered = on_trees, "trees", False
+                to_beat_us = finish_us(transfers)
     mirrored = _mirror_of_own_gather(topology, tenants, seed, policy, sends_in_flight, engine)
     if mirrored is not None and finish_us(mirrored[0]) < finish_us(transfers):
         (transfers, reordered), construction = mirrored, "greedy"
