@@ -35,7 +35,7 @@ count those):
   entering a cut carries the data of the rank farthest from it (a mesh corner
   takes in no result before the opposite corner's data has crossed the mesh),
   and the gossip messages between servers (:mod:`tacos.gossip_bound`) are
-  counted that way too.
+  counted that way too, the last of them still to be told inside its server.
 * ``combining``: All-Reduce only. The same links into a set, each message
   carrying no more far ranks' data than its sender can have combined when it
   left (:mod:`tacos.combining_bound`): early messages bring one far rank's

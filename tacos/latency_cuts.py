@@ -62,10 +62,24 @@ serve every group), over all the partition's entering links together (and
 leaving ones) bounds the collective (:func:`gossip_latency_bound_us`). On
 dgx:16x8 with one chunk per GPU, 30 messages per chunk and NIC enter the 16
 servers: 667 us, where a single server's cut sees 1 per chunk.
+
+The last of those messages to land must still be told inside its group. Take
+the messages in the order they land, and call one *news* when it brings its
+group a part of its chunk that no member had: at least ``2 (S - 1)`` per chunk
+are news (the others can be left out of the count and the groups still end up
+knowing everything), so the last news lands no sooner than that count allows.
+It lands at one NPU (switches do not replicate), and every other member needs
+what it brought: either over the group's own links from that NPU, at least the
+time one NPU takes to tell all the others (:func:`telling_all_us`), or by a
+message from outside that is not news, one more than the count. The bound
+into the groups is the sooner of the two (dgx:16x8: the seven other GPUs of a
+server hear 13.5 us after the last news, where one more message would take
+20.5).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -240,8 +254,103 @@ def _gossip_latency_us(topology: Topology, timed: TimedLinks, num_chunks: int) -
         crossing = group_of[src] != group_of[dst]
         for side in (dst, src):  # into a group, out of one
             links = crossing & (group_of[side] != OUTSIDE)
-            bound = max(bound, earliest_to_move(first[links], timed.busy[links], count))
+            moved = earliest_to_move(first[links], timed.busy[links], count)
+            if side is dst:  # the last news into a group is told inside, or comes in again
+                told_us = moved + _slowest_to_tell_us(topology, timed, group_of)
+                again_us = earliest_to_move(first[links], timed.busy[links], count + 1)
+                moved = max(moved, min(told_us, again_us))
+            bound = max(bound, moved)
     return bound
+
+
+def _slowest_to_tell_us(topology: Topology, timed: TimedLinks, group_of: np.ndarray) -> float:
+    """Of the groups of a partition (``group_of`` per node), the least time in which one
+    NPU of a group can tell all the others something over the group's own links
+    (:func:`telling_all_us`; 0.0 if some group has one NPU, or more than
+    :data:`MAX_SPREAD_RANKS`, where the search is not worth its time)."""
+    npus = np.arange(topology.num_npus)
+    inside: dict[int, list[tuple[int, int]]] = {}  # node -> (link, far end) in its group
+    for link in np.flatnonzero(group_of[timed.src] == group_of[timed.dst]).tolist():
+        inside.setdefault(int(timed.src[link]), []).append((link, int(timed.dst[link])))
+    least = math.inf
+    for group in np.unique(group_of[npus]).tolist():
+        members = set(npus[group_of[npus] == group].tolist())
+        if not 2 <= len(members) <= MAX_SPREAD_RANKS:  # one NPU has no one to tell
+            return 0.0
+        least = min(least, _telling_inside_us(timed, inside, members))
+    return 0.0 if math.isinf(least) else least
+
+
+def _telling_inside_us(
+    timed: TimedLinks, inside: dict[int, list[tuple[int, int]]], members: set[int]
+) -> float:
+    """:func:`telling_all_us` for one group's NPUs ``members`` over the group's links
+    (``inside``): from the soonest a message can reach another member, the least busy
+    time of the links such messages start on, and the most of those one member has."""
+    reach_us, busy_us, most_links = math.inf, math.inf, 0
+    for npu in members:
+        starts = 0
+        for link, far_end in inside.get(npu, []):
+            onward_us = _nearest_member_us(timed, inside, far_end, members - {npu}, npu)
+            if math.isfinite(onward_us):
+                reach_us = min(reach_us, float(timed.duration[link]) + onward_us)
+                busy_us = min(busy_us, float(timed.busy[link]))
+                starts += 1
+        most_links = max(most_links, starts)
+    return telling_all_us(len(members), reach_us, busy_us, most_links)
+
+
+def _nearest_member_us(
+    timed: TimedLinks,
+    inside: dict[int, list[tuple[int, int]]],
+    source: int,
+    members: set[int],
+    avoided: int,
+) -> float:
+    """The shortest time from ``source`` to one of ``members`` over a group's links
+    (``inside``), never through ``avoided`` (a message back through its sender is one
+    the sender could have started later), inf if there is none."""
+    best = {source: 0.0}
+    waiting = [(0.0, source)]
+    while waiting:
+        us, node = heapq.heappop(waiting)
+        if node in members:
+            return us
+        if us > best[node]:
+            continue
+        for link, far_end in inside.get(node, []):
+            far_us = us + float(timed.duration[link])
+            if far_end != avoided and far_us < best.get(far_end, math.inf):
+                best[far_end] = far_us
+                heapq.heappush(waiting, (far_us, far_end))
+    return math.inf
+
+
+def telling_all_us(npus: int, reach_us: float, busy_us: float, links: int) -> float:
+    """The least time in which one of ``npus`` NPUs can tell all the others something, if
+    a message reaches a new one ``reach_us`` after it starts, at the soonest, and an NPU
+    starts at most one on each of its ``links`` links every ``busy_us`` (inf if it
+    cannot). This is the postal model of broadcasting (Bar-Noy and Kipnis, 1994): every
+    NPU that knows sends as soon as it can, which tells the most NPUs by any time.
+
+    Eight GPUs on an NVSwitch (400 GB/s, 1 MiB: 2.69 us a hop, busy 2.44): the first
+    hears at 5.38 us, the last at 13.20 (no switch copies a message)::
+
+        >>> round(telling_all_us(8, 2 * 2.691, 2.441, 1), 2)
+        13.2
+    """
+    if npus <= 1:
+        return 0.0
+    if links == 0 or math.isinf(reach_us):
+        return math.inf
+    arrivals = [(reach_us, 0.0)] * links  # (when a message arrives, when it started)
+    told_us = 0.0
+    for _ in range(npus - 1):
+        told_us, started_us = heapq.heappop(arrivals)
+        heapq.heappush(arrivals, (started_us + busy_us + reach_us, started_us + busy_us))
+        for _ in range(links):
+            heapq.heappush(arrivals, (told_us + reach_us, told_us))
+    return told_us
 
 
 def earliest_to_move(
