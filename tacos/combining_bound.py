@@ -105,7 +105,7 @@ def combining_bound_us(topology: Topology, collective: Collective) -> float:
                 known[key] = links.knowing_us(far, groups)
             first, step = links.into(inside, known[key], to_inside)
             count = collective.num_chunks * len(far)
-            bound = max(bound, earliest_to_spread(first, step, count, *spread))
+            bound = max(bound, earliest_to_spread(first, step, count, spread))
     return bound
 
 

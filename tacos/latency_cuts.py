@@ -27,9 +27,11 @@ What ``K`` and the starting ranks are, per collective:
   some distance away count again from the nearest of them (a few such
   distances). And every chunk must reach every rank of ``X``: a transfer
   into ``X`` lands at one NPU (switches do not replicate), so those landing
-  in the last hop-time between two ranks of ``X`` serve one rank each
+  in the last hop-time between two ranks of ``X`` serve one rank each, and
+  those a few hop-times before the end only as many as can be told by then
   (:func:`earliest_to_spread`; an MI250-like server's last NIC chunks still
-  need one xGMI hop, which TACOS's schedule then meets exactly).
+  need one xGMI hop, which TACOS's schedule then meets exactly; a GPU on an
+  NVSwitch tells one other per hop-time at most).
 * Reduce-Scatter: the All-Gather bound on the transposed topology (a
   Reduce-Scatter run backwards in time over reversed links is an All-Gather,
   with the same links busy for the same times).
@@ -70,7 +72,7 @@ are news (the others can be left out of the count and the groups still end up
 knowing everything), so the last news lands no sooner than that count allows.
 It lands at one NPU (switches do not replicate), and every other member needs
 what it brought: either over the group's own links from that NPU, at least the
-time one NPU takes to tell all the others (:func:`telling_all_us`), or by a
+time one NPU takes to tell all the others (:func:`knowing_us`), or by a
 message from outside that is not news, one more than the count. The bound
 into the groups is the sooner of the two (dgx:16x8: the seven other GPUs of a
 server hear 13.5 us after the last news, where one more message would take
@@ -120,14 +122,12 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
         to_inside = timed.backward.from_nodes(np.flatnonzero(ranks & inside))
         into = ~inside[src] & inside[dst]
         candidates = np.flatnonzero(outside_ranks)
-        inside_ranks, spread_us = spread_inside(topology, timed, ranks, inside)
+        knowing = spread_inside(topology, timed, ranks, inside)
         if kind is CollectiveKind.ALL_REDUCE:
             farthest = int(candidates[np.argmax(to_inside[candidates])])
             ready = timed.forward.from_nodes([farthest])[src[into]]
             first = _first_arrivals(timed, into, ready, to_inside)
-            return earliest_to_spread(
-                first, timed.busy[into], collective.num_chunks, inside_ranks, spread_us
-            )
+            return earliest_to_spread(first, timed.busy[into], collective.num_chunks, knowing)
         # All-Gather: the chunks of the ranks at least some distance away, counted from
         # the nearest of those ranks, for a few such distances (farthest first); each
         # must then reach every rank inside.
@@ -137,7 +137,7 @@ def latency_cut_bound_us(topology: Topology, collective: Collective) -> float:
             ready = timed.forward.from_nodes(far)[src[into]]
             first = _first_arrivals(timed, into, ready, to_inside)
             count = collective.chunks_per_rank * len(far)
-            moved = earliest_to_spread(first, timed.busy[into], count, inside_ranks, spread_us)
+            moved = earliest_to_spread(first, timed.busy[into], count, knowing)
             bound = max(bound, moved)
         return bound
 
@@ -160,56 +160,63 @@ def _first_arrivals(
 
 def spread_inside(
     topology: Topology, timed: TimedLinks, ranks: np.ndarray, inside: np.ndarray
-) -> tuple[int, float]:
-    """How many ranks a set has, and the least time from one of them to another (0.0 when
-    some NPU of the set is not a rank, or it has more than :data:`MAX_SPREAD_RANKS`)."""
+) -> np.ndarray:
+    """When one, two, ... of a set's ranks can know what one of them knew at 0, over the
+    set's own links (:func:`knowing_us`: a path out of the set comes back in as another
+    transfer into it, which the bounds count on its own); every rank at 0 when some NPU of
+    the set is not a rank, or it has more than :data:`MAX_SPREAD_RANKS`."""
     members = np.flatnonzero(ranks & inside)
     npus = slice(topology.num_npus)
     if len(members) < 2 or len(members) > MAX_SPREAD_RANKS or (inside & ~ranks)[npus].any():
-        return len(members), 0.0
-    nearest_other = min(
-        float(np.delete(timed.forward.from_nodes([int(rank)])[members], place).min())
-        for place, rank in enumerate(members)
-    )
-    return len(members), nearest_other
+        return np.zeros(len(members))
+    links = _Within(timed, np.flatnonzero(inside[timed.src] & inside[timed.dst]))
+    return links.knowing_us(set(members.tolist()))
 
 
 def earliest_to_spread(
-    first_us: np.ndarray, step_us: np.ndarray, count: int, ranks: int, spread_us: float
+    first_us: np.ndarray, step_us: np.ndarray, count: int, knowing_us: np.ndarray
 ) -> float:
     """Smallest ``T`` by which links moving chunks into a set (as for
-    :func:`earliest_to_move`) can have brought ``count`` chunks to all ``ranks`` ranks of
-    it, when a chunk that has reached one rank needs ``spread_us`` more to reach another.
+    :func:`earliest_to_move`) can have brought ``count`` chunks to all its ranks, when
+    ``knowing_us[k - 1]`` after one rank has a chunk at the soonest ``k`` can have it
+    (:func:`spread_inside`; as many ranks as entries).
 
     Switches do not replicate, so a transfer into the set lands at one NPU; one that
-    lands later than ``T - spread_us`` gives its chunk to that rank alone, while one
-    landing sooner may pass it to all. Each chunk needs all ``ranks`` ranks, so ``T``
-    needs ``ranks x (moved by T - spread_us) + (moved by T) - (moved by T - spread_us)
-    >= ranks x count``: the last chunks in must still be spread (an NIC's chunk into a
-    server of GPUs, one more GPU-to-GPU hop).
+    lands at ``a`` can have its chunk at no more than ``k`` ranks by ``T`` if ``T - a``
+    is below ``knowing_us[k]``. Each chunk needs all ranks, so ``T`` needs the sum over
+    ``k`` of (moved by ``T - knowing_us[k - 1]``) to be at least ranks x ``count``: the
+    last chunks in must still be spread (an NIC's chunk into a server of GPUs, one or
+    more GPU-to-GPU hops).
 
-    >>> earliest_to_spread(np.array([0.0]), np.array([1.0]), 2, 2, 0.5)  # 0, 1 in; +0.5
+    >>> earliest_to_spread(np.array([0.0]), np.array([1.0]), 2, np.array([0.0, 0.5]))
     1.5
     """
     if count <= 0:
         return 0.0
-    if ranks < 2 or spread_us <= 0.0:
-        return earliest_to_move(first_us, step_us, count)
     arrivals = _Arrivals(first_us, step_us)
     if not arrivals.first.size:
         return math.inf
+    knowing = np.asarray(knowing_us, np.float64) if len(knowing_us) else np.zeros(1)
+    ranks = len(knowing)
+    delays, ranks_told = np.unique(knowing[np.isfinite(knowing)], return_counts=True)
 
     def served(horizon: float) -> int:
-        early = arrivals.count_by(horizon - spread_us)
-        return ranks * early + arrivals.count_by(horizon) - early
+        return sum(
+            int(told) * arrivals.count_by(horizon - delay)
+            for delay, told in zip(delays, ranks_told, strict=True)
+        )
 
-    high = float((arrivals.first + (count - 1) * arrivals.step).max()) + spread_us
+    # Enough: every rank served by transfers of its own, or all once the last knows.
+    high = float((arrivals.first + (ranks * count - 1) * arrivals.step).max())
     high = bisect_horizon(served, ranks * count, high)
-    # The answer is the last arrival by `high`, or the last by `high - spread_us` plus that.
-    answer = arrivals.last_by(high)
-    if arrivals.count_by(high - spread_us):
-        answer = max(answer, arrivals.last_by(high - spread_us) + spread_us)
-    return answer
+    # The answer is the last arrival by `high - delay` plus that delay, for some delay.
+    return float(
+        max(
+            arrivals.last_by(high - delay) + delay
+            for delay in delays
+            if arrivals.count_by(high - delay)
+        )
+    )
 
 
 def _spread_levels(distances_us: np.ndarray) -> list[float]:
@@ -266,91 +273,91 @@ def _gossip_latency_us(topology: Topology, timed: TimedLinks, num_chunks: int) -
 def _slowest_to_tell_us(topology: Topology, timed: TimedLinks, group_of: np.ndarray) -> float:
     """Of the groups of a partition (``group_of`` per node), the least time in which one
     NPU of a group can tell all the others something over the group's own links
-    (:func:`telling_all_us`; 0.0 if some group has one NPU, or more than
+    (:func:`knowing_us`; 0.0 if some group has one NPU, or more than
     :data:`MAX_SPREAD_RANKS`, where the search is not worth its time)."""
     npus = np.arange(topology.num_npus)
-    inside: dict[int, list[tuple[int, int]]] = {}  # node -> (link, far end) in its group
-    for link in np.flatnonzero(group_of[timed.src] == group_of[timed.dst]).tolist():
-        inside.setdefault(int(timed.src[link]), []).append((link, int(timed.dst[link])))
+    within = _Within(timed, np.flatnonzero(group_of[timed.src] == group_of[timed.dst]))
     least = math.inf
     for group in np.unique(group_of[npus]).tolist():
         members = set(npus[group_of[npus] == group].tolist())
         if not 2 <= len(members) <= MAX_SPREAD_RANKS:  # one NPU has no one to tell
             return 0.0
-        least = min(least, _telling_inside_us(timed, inside, members))
+        least = min(least, float(within.knowing_us(members)[-1]))
     return 0.0 if math.isinf(least) else least
 
 
-def _telling_inside_us(
-    timed: TimedLinks, inside: dict[int, list[tuple[int, int]]], members: set[int]
-) -> float:
-    """:func:`telling_all_us` for one group's NPUs ``members`` over the group's links
-    (``inside``): from the soonest a message can reach another member, the least busy
-    time of the links such messages start on, and the most of those one member has."""
-    reach_us, busy_us, most_links = math.inf, math.inf, 0
-    for npu in members:
-        starts = 0
-        for link, far_end in inside.get(npu, []):
-            onward_us = _nearest_member_us(timed, inside, far_end, members - {npu}, npu)
-            if math.isfinite(onward_us):
-                reach_us = min(reach_us, float(timed.duration[link]) + onward_us)
-                busy_us = min(busy_us, float(timed.busy[link]))
-                starts += 1
-        most_links = max(most_links, starts)
-    return telling_all_us(len(members), reach_us, busy_us, most_links)
+class _Within:
+    """Links of a set (or of each group of a partition: none between two groups), and how
+    fast a member can tell the other members something over them."""
 
+    def __init__(self, timed: TimedLinks, links: np.ndarray) -> None:
+        self.timed = timed
+        self.out_of: dict[int, list[tuple[int, int]]] = {}  # node -> (link, far end)
+        for link in links.tolist():
+            self.out_of.setdefault(int(timed.src[link]), []).append((link, int(timed.dst[link])))
 
-def _nearest_member_us(
-    timed: TimedLinks,
-    inside: dict[int, list[tuple[int, int]]],
-    source: int,
-    members: set[int],
-    avoided: int,
-) -> float:
-    """The shortest time from ``source`` to one of ``members`` over a group's links
-    (``inside``), never through ``avoided`` (a message back through its sender is one
-    the sender could have started later), inf if there is none."""
-    best = {source: 0.0}
-    waiting = [(0.0, source)]
-    while waiting:
-        us, node = heapq.heappop(waiting)
-        if node in members:
-            return us
-        if us > best[node]:
-            continue
-        for link, far_end in inside.get(node, []):
-            far_us = us + float(timed.duration[link])
-            if far_end != avoided and far_us < best.get(far_end, math.inf):
-                best[far_end] = far_us
-                heapq.heappush(waiting, (far_us, far_end))
-    return math.inf
+    def knowing_us(self, members: set[int]) -> np.ndarray:
+        """:func:`knowing_us` for NPUs ``members``: from the soonest a message can reach
+        another member, the least busy time of the links such messages start on, and the
+        most of those one member has."""
+        reach_us, busy_us, most_links = math.inf, math.inf, 0
+        for npu in members:
+            starts = 0
+            for link, far_end in self.out_of.get(npu, []):
+                onward_us = self._nearest_us(far_end, members - {npu}, npu)
+                if math.isfinite(onward_us):
+                    reach_us = min(reach_us, float(self.timed.duration[link]) + onward_us)
+                    busy_us = min(busy_us, float(self.timed.busy[link]))
+                    starts += 1
+            most_links = max(most_links, starts)
+        return knowing_us(len(members), reach_us, busy_us, most_links)
 
-
-def telling_all_us(npus: int, reach_us: float, busy_us: float, links: int) -> float:
-    """The least time in which one of ``npus`` NPUs can tell all the others something, if
-    a message reaches a new one ``reach_us`` after it starts, at the soonest, and an NPU
-    starts at most one on each of its ``links`` links every ``busy_us`` (inf if it
-    cannot). This is the postal model of broadcasting (Bar-Noy and Kipnis, 1994): every
-    NPU that knows sends as soon as it can, which tells the most NPUs by any time.
-
-    Eight GPUs on an NVSwitch (400 GB/s, 1 MiB: 2.69 us a hop, busy 2.44): the first
-    hears at 5.38 us, the last at 13.20 (no switch copies a message)::
-
-        >>> round(telling_all_us(8, 2 * 2.691, 2.441, 1), 2)
-        13.2
-    """
-    if npus <= 1:
-        return 0.0
-    if links == 0 or math.isinf(reach_us):
+    def _nearest_us(self, source: int, members: set[int], avoided: int) -> float:
+        """The shortest time from ``source`` to one of ``members``, never through
+        ``avoided`` (a message back through its sender is one the sender could have
+        started later), inf if there is none."""
+        best = {source: 0.0}
+        waiting = [(0.0, source)]
+        while waiting:
+            us, node = heapq.heappop(waiting)
+            if node in members:
+                return us
+            if us > best[node]:
+                continue
+            for link, far_end in self.out_of.get(node, []):
+                far_us = us + float(self.timed.duration[link])
+                if far_end != avoided and far_us < best.get(far_end, math.inf):
+                    best[far_end] = far_us
+                    heapq.heappush(waiting, (far_us, far_end))
         return math.inf
+
+
+def knowing_us(npus: int, reach_us: float, busy_us: float, links: int) -> np.ndarray:
+    """When one, two, ... of ``npus`` NPUs can know what one knew at 0, at the soonest, if a
+    message reaches a new one ``reach_us`` after it starts and an NPU starts at most one
+    on each of its ``links`` links every ``busy_us`` (inf for those none can tell). This
+    is the postal model of broadcasting (Bar-Noy and Kipnis, 1994): every NPU that knows
+    sends as soon as it can, which tells the most NPUs by any time.
+
+    Eight GPUs on an NVSwitch (400 GB/s, 1 MiB: 2.69 us a hop, the link busy as long):
+    no switch copies a message, so the last hears after five hops::
+
+        >>> (knowing_us(8, 2 * 2.69, 2.69, 1) / 2.69).round(2).tolist()
+        [0.0, 2.0, 3.0, 4.0, 4.0, 5.0, 5.0, 5.0]
+    """
+    told = np.zeros(max(npus, 0))
+    if npus <= 1:
+        return told
+    if links == 0 or math.isinf(reach_us):
+        told[1:] = math.inf
+        return told
     arrivals = [(reach_us, 0.0)] * links  # (when a message arrives, when it started)
-    told_us = 0.0
-    for _ in range(npus - 1):
-        told_us, started_us = heapq.heappop(arrivals)
+    for k in range(1, npus):
+        told[k], started_us = heapq.heappop(arrivals)
         heapq.heappush(arrivals, (started_us + busy_us + reach_us, started_us + busy_us))
         for _ in range(links):
-            heapq.heappush(arrivals, (told_us + reach_us, told_us))
-    return told_us
+            heapq.heappush(arrivals, (told[k] + reach_us, told[k]))
+    return told
 
 
 def earliest_to_move(

@@ -41,8 +41,8 @@ def test_the_latest_transfers_are_counted_as_carrying_the_most():
     # One link, a transfer every 2 us, able to bring 1 contribution from 1 us and 3 from
     # 4 us: by 6 us the transfers ending at 6, 4 and 2 bring 3 + 3 + 1 = 7.
     first, step = combining_bound._entries(np.array([[1.0, 4.0, 4.0]]), np.array([2.0]))
-    assert earliest_to_spread(first, step, 7, 1, 0.0) == 6.0
-    assert earliest_to_spread(first, step, 8, 1, 0.0) == 7.0  # 7, 5, 3 (3 + 3 + 1) and 1
+    assert earliest_to_spread(first, step, 7, np.zeros(1)) == 6.0
+    assert earliest_to_spread(first, step, 8, np.zeros(1)) == 7.0  # 7, 5, 3 (3 + 3 + 1) and 1
     assert soonest_arrivals(first, step, 8)[-2:].tolist() == [6.0, 7.0]
 
 
@@ -93,4 +93,6 @@ def test_a_gpu_knows_other_servers_data_only_once_its_servers_nics_brought_it():
     assert alone[8, -1] == pytest.approx(77.46, abs=0.01)
     assert grouped[8, -1] == pytest.approx(82.8, abs=0.05)
     spec = Collective(AR, tuple(topo.npus), 1, 2**20)
-    assert combining_bound_us(topo, spec) == pytest.approx(200.65, abs=0.01)  # 196.0 without
+    # 196.0 without; 200.65 if the last GPU of a server could hear one NVSwitch hop after the
+    # first, where it is five (:func:`tacos.latency_cuts.knowing_us`).
+    assert combining_bound_us(topo, spec) == pytest.approx(204.06, abs=0.01)

@@ -1,16 +1,17 @@
 """The All-Reduce message-count (gossip) bounds, without and with latency: hand-checked values,
 and no schedule beats them, whichever partition binds."""
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_networks import clusters, random_topologies
 
 import tacos
+from tacos import latency_cuts
 from tacos.collective import Collective, CollectiveKind
 from tacos.gossip_bound import OUTSIDE, gossip_bound_us, partitions
-from tacos import latency_cuts
-from tacos.latency_cuts import gossip_latency_bound_us, telling_all_us
+from tacos.latency_cuts import gossip_latency_bound_us, knowing_us
 
 AR = CollectiveKind.ALL_REDUCE
 
@@ -88,11 +89,11 @@ def test_a_group_of_one_npu_has_no_one_to_tell(monkeypatch):
 
 
 @given(st.integers(1, 40), st.floats(0.1, 50), st.floats(0.1, 50), st.integers(1, 8))
-def test_telling_all_is_one_message_time_with_a_link_to_each_and_grows_with_the_npus(
+def test_knowing_grows_by_one_npu_at_a_time_and_in_one_message_time_with_a_link_to_each(
     npus, reach_us, busy_us, links
 ):
-    told = telling_all_us(npus, reach_us, busy_us, links)
-    assert told <= telling_all_us(npus + 1, reach_us, busy_us, links)
-    assert told >= telling_all_us(npus, reach_us, busy_us, links + 1)
-    if 2 <= npus <= links + 1:
-        assert told == reach_us
+    told = knowing_us(npus, reach_us, busy_us, links)
+    assert told[0] == 0.0 and (np.diff(told) >= 0).all()
+    assert (knowing_us(npus + 1, reach_us, busy_us, links)[:npus] == told).all()
+    assert (told >= knowing_us(npus, reach_us, busy_us, links + 1)).all()
+    assert (told[1 : links + 1] == reach_us).all()
