@@ -84,13 +84,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
 
 from tacos.collective import Collective, CollectiveKind
 from tacos.gossip_bound import OUTSIDE, gossips, partitions
-from tacos.shortest_paths import LinkTimes
+from tacos.shortest_paths import LinkTimes, times_from
 from tacos.topology import Topology
 
 MAX_SETS = 64
@@ -303,8 +304,10 @@ class _Within:
         reach_us, busy_us, most_links = math.inf, math.inf, 0
         for npu in members:
             starts = 0
+            others = members - {npu}
             for link, far_end in self.out_of.get(npu, []):
-                onward_us = self._nearest_us(far_end, members - {npu}, npu)
+                onward = times_from(far_end, partial(self._onward, avoided=npu))
+                onward_us = min(onward.get(other, math.inf) for other in others)
                 if math.isfinite(onward_us):
                     reach_us = min(reach_us, float(self.timed.duration[link]) + onward_us)
                     busy_us = min(busy_us, float(self.timed.busy[link]))
@@ -312,24 +315,12 @@ class _Within:
             most_links = max(most_links, starts)
         return knowing_us(len(members), reach_us, busy_us, most_links)
 
-    def _nearest_us(self, source: int, members: set[int], avoided: int) -> float:
-        """The shortest time from ``source`` to one of ``members``, never through
+    def _onward(self, node: int, avoided: int) -> list[tuple[int, float]]:
+        """The nodes one link of the set leads to from ``node``, with its time, never to
         ``avoided`` (a message back through its sender is one the sender could have
-        started later), inf if there is none."""
-        best = {source: 0.0}
-        waiting = [(0.0, source)]
-        while waiting:
-            us, node = heapq.heappop(waiting)
-            if node in members:
-                return us
-            if us > best[node]:
-                continue
-            for link, far_end in self.out_of.get(node, []):
-                far_us = us + float(self.timed.duration[link])
-                if far_end != avoided and far_us < best.get(far_end, math.inf):
-                    best[far_end] = far_us
-                    heapq.heappush(waiting, (far_us, far_end))
-        return math.inf
+        started later)."""
+        out_of, duration = self.out_of.get(node, []), self.timed.duration
+        return [(far, float(duration[link])) for link, far in out_of if far != avoided]
 
 
 def knowing_us(npus: int, reach_us: float, busy_us: float, links: int) -> np.ndarray:

@@ -7,7 +7,8 @@ get from one place to another on an idle network.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numba import njit
@@ -40,6 +41,22 @@ class LinkTimes:
         """Per node, the shortest time from the nearest of ``sources`` (inf if none reaches it)."""
         starts = np.fromiter(sources, np.int64)
         return _dijkstra(starts, self._ptr, self._links, self._far_end, self._weight)
+
+
+def times_from(root: int, neighbours: Callable[[int], list[tuple[int, float]]]) -> dict[int, float]:
+    """Microseconds from ``root`` to every node ``neighbours`` (a node's ``(next node,
+    us)`` pairs) leads to: Dijkstra in plain Python, for small graphs that are views of a
+    topology (a server's links, routes between NPUs) rather than its arrays."""
+    distance, heap = {root: 0.0}, [(0.0, root)]
+    while heap:
+        elapsed, node = heapq.heappop(heap)
+        if elapsed > distance[node]:
+            continue
+        for other, us in neighbours(node):
+            if elapsed + us < distance.get(other, float("inf")):
+                distance[other] = elapsed + us
+                heapq.heappush(heap, (elapsed + us, other))
+    return distance
 
 
 @njit(cache=True)

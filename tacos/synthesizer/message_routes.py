@@ -11,8 +11,9 @@ links have the least booked so far, so the plans that use them
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from tacos.shortest_paths import times_from
 from tacos.topology import Topology
 
 Route = tuple[int, ...]
@@ -65,8 +66,8 @@ class MessageRoutes:
         """Microseconds from ``root`` to each member, and from each member to ``root``, by
         messages between members."""
         return (
-            _nearest(root, lambda npu: [(b, us) for b, (us, _) in self.into(npu, members)]),
-            _nearest(root, lambda npu: [(a, us) for a, (us, _) in self.out_of(npu, members)]),
+            times_from(root, lambda npu: [(b, us) for b, (us, _) in self.into(npu, members)]),
+            times_from(root, lambda npu: [(a, us) for a, (us, _) in self.out_of(npu, members)]),
         )
 
     def into(self, source: int, members: frozenset[int]) -> list[tuple[int, Reach]]:
@@ -157,17 +158,3 @@ class MessageRoutes:
 def _same(key: tuple[float, int], other: tuple[float, int]) -> bool:
     """Whether two (microseconds, hops) keys are one, up to the sums' rounding."""
     return key[1] == other[1] and abs(key[0] - other[0]) <= 1e-9 * max(1.0, key[0])
-
-
-def _nearest(root: int, neighbours: Callable[[int], list[tuple[int, float]]]) -> dict[int, float]:
-    """Microseconds from ``root`` to every node ``neighbours`` leads to (Dijkstra)."""
-    distance, heap = {root: 0.0}, [(0.0, root)]
-    while heap:
-        elapsed, node = heapq.heappop(heap)
-        if elapsed > distance[node]:
-            continue
-        for other, us in neighbours(node):
-            if elapsed + us < distance.get(other, float("inf")):
-                distance[other] = elapsed + us
-                heapq.heappush(heap, (elapsed + us, other))
-    return distance
