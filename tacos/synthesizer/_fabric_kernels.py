@@ -44,6 +44,7 @@ from tacos.synthesizer._kernels import (
     sort_landed,
     touch,
 )
+from tacos.synthesizer._pages import huge
 from tacos.synthesizer.greedy import MAX_RIVALS
 
 AVAILABLE, ARRIVED, LINK_FREE, LOOK_AGAIN = 0, 1, 2, 3
@@ -950,10 +951,12 @@ def run_fabric_spread(
     num_nodes = first_ptr.shape[0] - 1
     num_links = link_src.shape[0]
     words = (num_chunks + 63) // 64
-    holds = np.zeros((num_nodes, words), np.uint64)
+    holds = huge(np.empty((num_nodes, words), np.uint64))
+    holds[:] = 0
     # holds, is receiving or is the source of (a source's own chunk is taken from the start:
     # nobody else holds it before it does, so only leave_to_rivals's count notices)
-    taken = np.zeros((num_nodes, words), np.uint64)
+    taken = huge(np.empty((num_nodes, words), np.uint64))
+    taken[:] = 0
     for chunk in range(num_chunks):
         taken[source_node[chunk], chunk >> 6] |= _ONE << np.uint64(chunk & 63)
     # relays: closed = taken and the chunks a node does not want (taken itself when every
@@ -986,14 +989,16 @@ def run_fabric_spread(
              pair_nearer, pair_count, want_bits)  # fmt: skip
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
-    arrived_by = np.full((num_nodes, num_chunks), -1, np.int64)
+    arrived_by = huge(np.empty((num_nodes, num_chunks), np.int64))
+    arrived_by[:] = -1
     sender_of = np.empty(1024, np.int64)  # per transfer written (the out_* rows)
     outstanding = np.zeros(num_nodes, np.int64)  # per node, its messages on their way
     # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
     key_cover = np.zeros((num_nodes, max_keys), np.int64)
     num_keys = np.zeros(num_nodes, np.int64)
-    covers = np.zeros((num_nodes * max_keys, words), np.uint64)
+    covers = huge(np.empty((num_nodes * max_keys, words), np.uint64))
+    covers[:] = 0
     cover_print = np.zeros(num_nodes * max_keys, np.uint64)
     cover_ptr = np.zeros(num_nodes * max_keys + 1, np.int64)
     cover_members = np.empty(0, np.int64)
@@ -1002,10 +1007,11 @@ def run_fabric_spread(
     watch_head = np.full(num_nodes, -1, np.int64)
     marked_node = np.zeros(num_nodes, np.bool_)
     num_groups = np.full(num_links, -1, np.int64)  # -1: not into a switch
-    group_cover = np.empty(dest_base[-1], np.int64)  # from dest_base[link]: a group's cover,
-    group_first = np.empty(dest_base[-1], np.int64)  # ... where its positions start in
-    group_size = np.zeros(dest_base[-1], np.int64)  # group_pos, and how many
-    group_pos = np.empty(dest_base[-1], np.int64)
+    group_cover = huge(np.empty(dest_base[-1], np.int64))  # from dest_base[link]: a group's
+    group_first = huge(np.empty(dest_base[-1], np.int64))  # cover, where its positions start
+    group_size = huge(np.empty(dest_base[-1], np.int64))  # in group_pos, and how many
+    group_size[:] = 0
+    group_pos = huge(np.empty(dest_base[-1], np.int64))
     group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
     # events: room for the sources, busy links and one instant (_short_of_room)
     ev_times = np.empty(num_chunks + 3 * num_links + 16)
@@ -1054,12 +1060,13 @@ def run_fabric_spread(
     came_pred = np.empty(biggest_dag, np.int64)
     dest_pos = np.empty(biggest_dag, np.int64)
     dest_cover = np.empty(biggest_dag, np.int64)
-    witness = np.full(dest_base[-1], -1, np.int64)  # per (link, group): see the group loop
+    witness = huge(np.empty(dest_base[-1], np.int64))  # per (link, group): see the group loop
+    witness[:] = -1
     held = np.zeros(num_nodes, np.int64)  # chunks each node holds
     # Per link into a switch: held[u] when no destination took anything (none can until
     # u gains a chunk; an arrival makes its sender's links candidates again all the same).
     none_since = np.full(num_links, -1, np.int64)
-    gained = np.empty((num_nodes, num_chunks), np.int32)  # ... in the order it gained them
+    gained = huge(np.empty((num_nodes, num_chunks), np.int32))  # ... in the order it gained them
     path = np.empty(biggest_dag + 1, np.int64)
     # own chunks first (the reference's _takers), for sends_own_first NPUs: per node the
     # chunks it is the source of and holds, how many, and the words they lie in (none: -1);
@@ -1172,8 +1179,8 @@ def run_fabric_spread(
     if dropped:
         count = _without_dropped(out_chunk, out_link, out_start, out_end, out_dep, count,
                                  index_offset)  # fmt: skip
-    return (out_chunk[:count].copy(), out_link[:count].copy(), out_start[:count].copy(),
-            out_end[:count].copy(), out_dep[:count].copy(), remaining)  # fmt: skip
+    return (_trimmed(out_chunk, count), _trimmed(out_link, count), _trimmed(out_start, count),
+            _trimmed(out_end, count), _trimmed(out_dep, count), remaining)  # fmt: skip
 
 
 _EV_SIZE, _SEQ, _REMAINING, _COUNT, _DECISION, _VISIT, _DROPPED = range(7)
@@ -1590,10 +1597,16 @@ def _without_dropped(
 
 @njit(cache=True)
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
-    """``array`` copied into a new array of ``size`` rows."""
-    grown = np.empty((size,) + array.shape[1:], array.dtype)
+    """``array`` copied into a new array of ``size`` rows (on huge pages, when large)."""
+    grown = huge(np.empty((size,) + array.shape[1:], array.dtype))
     grown[: array.shape[0]] = array
     return grown
+
+
+@njit(cache=True)
+def _trimmed(array: np.ndarray, size: int) -> np.ndarray:
+    """The first ``size`` rows of ``array`` in a new array (on huge pages, when large)."""
+    return _grown(array[:size], size)
 
 
 # ---------------------------------------------------------------- the replay
@@ -1647,12 +1660,18 @@ def replay(
     """
     count = link.shape[0]
     num_links = link_time.shape[0]
-    start = np.zeros(count)
-    end = np.zeros(count)
-    waiting = np.zeros(count, np.int64)
-    came_in_on = np.full(count, -1, np.int64)
-    dependant_count = np.zeros(count + 1, np.int64)
-    distinct = np.ones(deps.shape[0], np.bool_)  # a dependency listed twice counts once
+    start = huge(np.empty(count))
+    start[:] = 0.0
+    end = huge(np.empty(count))
+    end[:] = 0.0
+    waiting = huge(np.empty(count, np.int64))
+    waiting[:] = 0
+    came_in_on = huge(np.empty(count, np.int64))
+    came_in_on[:] = -1
+    dependant_count = huge(np.empty(count + 1, np.int64))
+    dependant_count[:] = 0
+    distinct = huge(np.empty(deps.shape[0], np.bool_))  # a dependency listed twice counts once
+    distinct[:] = True
     for i in range(count):
         for k in range(deps_ptr[i], deps_ptr[i + 1]):
             for k2 in range(deps_ptr[i], k):
@@ -1664,7 +1683,7 @@ def replay(
         if deps_ptr[i + 1] > deps_ptr[i]:
             came_in_on[i] = link[deps[deps_ptr[i]]]
     dependant_ptr = np.cumsum(dependant_count)
-    dependants = np.empty(dependant_ptr[count], np.int64)
+    dependants = huge(np.empty(dependant_ptr[count], np.int64))
     filled = dependant_ptr[:count].copy()
     for i in range(count):
         for k in range(deps_ptr[i], deps_ptr[i + 1]):
@@ -1676,7 +1695,7 @@ def replay(
     for i in range(count):
         per_link[link[i] + 1] += 1
     segment = np.cumsum(per_link)
-    fixed = np.empty(count, np.int64)
+    fixed = huge(np.empty(count, np.int64))
     placed = segment[:num_links].copy()
     npu_sent = np.nonzero(~from_switch)[0]
     npu_starts = recorded_start[npu_sent]
@@ -1687,8 +1706,9 @@ def replay(
         placed[link[row]] += 1
     head = segment[:num_links].copy()  # next of the fixed queue, or the switch heap's size
     fixed_end = placed
-    queue = np.empty(count, np.int64)
-    ready = np.zeros(count)
+    queue = huge(np.empty(count, np.int64))
+    ready = huge(np.empty(count))
+    ready[:] = 0.0
     idle = np.ones(num_links, np.bool_)
     # Running transfers of one duration end in the order they started: a queue per
     # duration (a ring with a slot per link of that duration), and a heap of the
@@ -1707,7 +1727,7 @@ def replay(
     done = np.zeros(NUM_COUNTERS, np.int64)  # done[C_HEAP]: the heap's size
     rings = (ring, ring_ptr, ring_first, ring_len, done_time, done_ring, done)
     finished = 0
-    started = np.empty(count, np.int64)
+    started = huge(np.empty(count, np.int64))
     to_try = np.zeros(num_links, np.bool_)
     tried = np.empty(num_links, np.int64)
     num_tried = 0
@@ -2000,7 +2020,7 @@ def nearest_first(
         dists[used : used + order.shape[0]] = dist[order]
         used += order.shape[0]
         ptr[target + 1] = order.shape[0]
-    return np.cumsum(ptr), nodes[:used].copy(), dists[:used].copy()
+    return np.cumsum(ptr), _trimmed(nodes, used), _trimmed(dists, used)
 
 
 # ---------------------------------------------------------------- shortest paths into the fabric
@@ -2126,9 +2146,9 @@ def fabric_dags(
             position[node] = -1
             settled[node] = False
     total = node_ptr[-1]
-    return (node_ptr, nodes[:total].copy(), first_npu, edge_ptr[: total + 1].copy(),
-            edge_link[:num_edges].copy(), edge_pred[:num_edges].copy(),
-            path_us[:total].copy(), length_ps[:total].copy())  # fmt: skip
+    return (node_ptr, _trimmed(nodes, total), first_npu, _trimmed(edge_ptr, total + 1),
+            _trimmed(edge_link, num_edges), _trimmed(edge_pred, num_edges),
+            _trimmed(path_us, total), _trimmed(length_ps, total))  # fmt: skip
 
 
 @njit(cache=True)
