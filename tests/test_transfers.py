@@ -151,3 +151,13 @@ def test_streaming_what_cannot_stream_is_a_one_line_error(tmp_path, capsys, extr
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_large_take_in_two_threads_equals_the_plain_one(all_reduce, monkeypatch):
+    table = TransferTable.from_transfers(list(all_reduce.transfers))
+    order = np.random.default_rng(3).permutation(len(table))
+    plain = table.take(order)
+    monkeypatch.setattr(tacos.transfers, "PARALLEL_TAKE_ROWS", 0)
+    threaded = table.take(order)
+    assert list(threaded) == list(plain)
+    assert np.array_equal(threaded.deps_ptr, plain.deps_ptr)

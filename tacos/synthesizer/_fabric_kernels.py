@@ -179,6 +179,23 @@ def _arrive(
 
 
 @njit(cache=True, inline="always")
+def _last_hop_done_by(
+    at: int, edge_ptr: np.ndarray, edge_link: np.ndarray, free_at: np.ndarray, link_time: np.ndarray
+) -> float:
+    """A lower bound on the arrival at DAG row ``at``: the soonest its last hop can end.
+
+    Each way in ends ``max(arrival before, link free) + link time`` later, no
+    sooner than ``link free + link time`` (in floats too: rounding is monotone),
+    so a destination whose bound is past the soonest arrival found is skipped
+    without walking the hops before it.
+    """
+    bound = np.inf
+    for e in range(edge_ptr[at], edge_ptr[at + 1]):
+        bound = min(bound, free_at[edge_link[e]] + link_time[edge_link[e]])
+    return bound
+
+
+@njit(cache=True, inline="always")
 def _hold(node: int, chunk: int, holds: np.ndarray, gained: np.ndarray, held: np.ndarray) -> bool:
     """``node`` now holds ``chunk``: whether it did not before (then it is noted as gained)."""
     w, bit = chunk >> 6, _ONE << np.uint64(chunk & 63)
@@ -503,6 +520,8 @@ def _soonest_takers(
     soonest, ties = np.inf, 0
     for j in range(num_dests):
         p = dest_pos[j]
+        if _last_hop_done_by(base + p, dag_edge_ptr, dag_edge_link, free_at, link_time) > soonest:
+            continue  # it lands after the soonest so far, however soon the hops before it
         _arrive(p, base, decision, stamp, arrival, came_link, came_pred, stack,
                 dag_edge_ptr, dag_edge_link, dag_edge_pred, free_at,
                 link_time)  # fmt: skip
@@ -2051,6 +2070,7 @@ def fabric_dags(
     heap_k = np.empty(out_links.shape[0] + 1, np.int64)
     counters = np.zeros(NUM_COUNTERS, np.int64)
     order = np.empty(num_nodes, np.int64)
+    into = np.zeros(num_nodes, np.int64)  # per position: how many edges end there
     node_ptr = np.zeros(entries.shape[0] + 1, np.int64)
     first_npu = np.empty(entries.shape[0], np.int64)
     nodes = np.empty(0, np.int64)
@@ -2094,10 +2114,8 @@ def fabric_dags(
         order[switches:size] = np.sort(order[switches:size])
         for i in range(size):
             position[order[i]] = i
-        # Edges ending a shortest path at each node but the entry, grouped by node, by link.
-        found_at = np.empty(0, np.int64)
-        found_link = np.empty(0, np.int64)
-        found_pred = np.empty(0, np.int64)
+        # Edges ending a shortest path at each node but the entry, grouped by node, by link:
+        # counted per node, placed, then each node's few sorted by link.
         found = 0
         for i in range(switches):
             node = order[i]
@@ -2105,13 +2123,8 @@ def fabric_dags(
                 lk = out_links[k]
                 at = position[link_dst[lk]]
                 if at > 0 and length[node] + cost_ps[lk] == length[link_dst[lk]]:
-                    if found == found_at.shape[0]:
-                        found_at = _grown(found_at, 2 * found + 16)
-                        found_link = _grown(found_link, 2 * found + 16)
-                        found_pred = _grown(found_pred, 2 * found + 16)
-                    found_at[found], found_link[found], found_pred[found] = at, lk, i
+                    into[at] += 1
                     found += 1
-        by_node = np.argsort(found_at[:found] * out_links.shape[0] + found_link[:found])
         base = node_ptr[d]
         node_ptr[d + 1] = base + size
         first_npu[d] = switches
@@ -2125,26 +2138,35 @@ def fabric_dags(
             edge_pred = _grown(edge_pred, 2 * (num_edges + found))
         nodes[base : base + size] = order[:size]
         length_ps[base : base + size] = length[order[:size]]
-        edge_ptr[base] = num_edges  # the entry has no edges
+        filled = num_edges
+        for i in range(size):  # the entry (position 0) has no edges
+            edge_ptr[base + i] = filled
+            filled += into[i]
+            into[i] = edge_ptr[base + i]  # from now on: where its next edge goes
+        for i in range(switches):
+            node = order[i]
+            for k in range(out_ptr[node], out_ptr[node + 1]):
+                lk = out_links[k]
+                at = position[link_dst[lk]]
+                if at > 0 and length[node] + cost_ps[lk] == length[link_dst[lk]]:
+                    e = into[at]
+                    while e > edge_ptr[base + at] and edge_link[e - 1] > lk:
+                        edge_link[e], edge_pred[e] = edge_link[e - 1], edge_pred[e - 1]
+                        e -= 1
+                    edge_link[e], edge_pred[e] = lk, i
+                    into[at] += 1
         path_us[base] = 0.0
-        j = 0
         for i in range(1, size):
-            edge_ptr[base + i] = num_edges
-            first = True
-            while j < found and found_at[by_node[j]] == i:
-                e = by_node[j]
-                edge_link[num_edges], edge_pred[num_edges] = found_link[e], found_pred[e]
-                if first:
-                    path_us[base + i] = path_us[base + found_pred[e]] + link_time[found_link[e]]
-                    first = False
-                num_edges += 1
-                j += 1
+            e = edge_ptr[base + i]
+            path_us[base + i] = path_us[base + edge_pred[e]] + link_time[edge_link[e]]
+        num_edges = filled
         edge_ptr[base + size] = num_edges
         for i in range(size):
             node = order[i]
             length[node] = -1
             position[node] = -1
             settled[node] = False
+            into[i] = 0
     total = node_ptr[-1]
     return (node_ptr, _trimmed(nodes, total), first_npu, _trimmed(edge_ptr, total + 1),
             _trimmed(edge_link, num_edges), _trimmed(edge_pred, num_edges),
