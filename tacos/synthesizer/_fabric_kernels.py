@@ -1010,7 +1010,6 @@ def run_fabric_spread(
     free_at = link_free_at.copy()
     arrived_by = huge(np.empty((num_nodes, num_chunks), np.int64))
     arrived_by[:] = -1
-    sender_of = np.empty(1024, np.int64)  # per transfer written (the out_* rows)
     outstanding = np.zeros(num_nodes, np.int64)  # per node, its messages on their way
     # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
@@ -1049,12 +1048,16 @@ def run_fabric_spread(
             ev_size += 1
             seq += 1
     remaining = wanted
-    # output, in decision order
-    out_chunk = np.empty(1024, np.int64)
-    out_link = np.empty(1024, np.int64)
-    out_start = np.empty(1024)
-    out_end = np.empty(1024)
-    out_dep = np.empty(1024, np.int64)
+    # Output, in decision order: room for every wanted chunk over the longest path, which
+    # is only address space until written (more, where relays or drops need it, by doubling).
+    max_hops = _most_hops(dag_node_ptr, dag_edge_ptr, dag_edge_pred)
+    rows = wanted * max_hops + num_links * max_hops
+    out_chunk = huge(np.empty(rows, np.int64))
+    out_link = huge(np.empty(rows, np.int64))
+    out_start = huge(np.empty(rows))
+    out_end = huge(np.empty(rows))
+    out_dep = huge(np.empty(rows, np.int64))
+    sender_of = huge(np.empty(rows, np.int64))  # per transfer written
     count = 0
     # scratch
     marked = np.zeros(num_links, np.bool_)
@@ -1150,7 +1153,6 @@ def run_fabric_spread(
                 marked_node, dest_base, num_groups, group_cover, group_first, group_size,
                 group_pos, group_of_cover, dest_cover,
             )  # fmt: skip
-    max_hops = _most_hops(dag_node_ptr, dag_edge_ptr, dag_edge_pred)
     topo = (link_src, link_dst, link_time, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
             rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, dag_of_link, dag_node_ptr,
             dag_nodes, matching_of_link, source_node)  # fmt: skip
@@ -1198,8 +1200,8 @@ def run_fabric_spread(
     if dropped:
         count = _without_dropped(out_chunk, out_link, out_start, out_end, out_dep, count,
                                  index_offset)  # fmt: skip
-    return (_trimmed(out_chunk, count), _trimmed(out_link, count), _trimmed(out_start, count),
-            _trimmed(out_end, count), _trimmed(out_dep, count), remaining)  # fmt: skip
+    return (out_chunk[:count], out_link[:count], out_start[:count], out_end[:count],
+            out_dep[:count], remaining)  # fmt: skip
 
 
 _EV_SIZE, _SEQ, _REMAINING, _COUNT, _DECISION, _VISIT, _DROPPED = range(7)
