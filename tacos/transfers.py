@@ -28,11 +28,11 @@ import numpy as np
 from tacos.schedule import Op, Transfer
 
 OP_CODES = (Op.COPY, Op.REDUCE)
+"""``op`` column values: 0 is a copy, 1 a reduction."""
 PARALLEL_TAKE_ROWS = 1 << 20
 """Larger tables gather their columns in two threads, beside their dependencies: NumPy
 lets go of the GIL while it gathers, and a 38M-row take (a 4096-GPU All-Gather) went
-from 10.0 to about 5 s."""
-"""``op`` column values: 0 is a copy, 1 a reduction."""
+from 9.6 to 6.3 s."""
 
 
 @dataclass(frozen=True, eq=False)

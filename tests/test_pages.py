@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from tacos.synthesizer._pages import ADVISED_FROM_BYTES, huge
+from tacos.synthesizer._pages import ADVISED_FROM_BYTES, huge, huge_filled
 
 
 @njit(cache=True)
@@ -41,6 +41,9 @@ def test_the_array_and_its_values_are_kept() -> None:
     assert np.array_equal(array, np.arange(count))
     small = np.arange(10)
     assert huge(small) is small
+    assert (huge_filled(np.empty(count, np.int64), -1) == -1).all()
+    assert huge_filled(np.empty((3, 4), np.uint64), 0).sum() == 0
+    assert huge_filled(np.empty(count, np.bool_), True).all()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise advice is Linux's")

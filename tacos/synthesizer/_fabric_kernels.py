@@ -44,7 +44,7 @@ from tacos.synthesizer._kernels import (
     sort_landed,
     touch,
 )
-from tacos.synthesizer._pages import huge
+from tacos.synthesizer._pages import huge, huge_filled
 from tacos.synthesizer.greedy import MAX_RIVALS
 
 AVAILABLE, ARRIVED, LINK_FREE, LOOK_AGAIN = 0, 1, 2, 3
@@ -970,12 +970,10 @@ def run_fabric_spread(
     num_nodes = first_ptr.shape[0] - 1
     num_links = link_src.shape[0]
     words = (num_chunks + 63) // 64
-    holds = huge(np.empty((num_nodes, words), np.uint64))
-    holds[:] = 0
+    holds = huge_filled(np.empty((num_nodes, words), np.uint64), 0)
     # holds, is receiving or is the source of (a source's own chunk is taken from the start:
     # nobody else holds it before it does, so only leave_to_rivals's count notices)
-    taken = huge(np.empty((num_nodes, words), np.uint64))
-    taken[:] = 0
+    taken = huge_filled(np.empty((num_nodes, words), np.uint64), 0)
     for chunk in range(num_chunks):
         taken[source_node[chunk], chunk >> 6] |= _ONE << np.uint64(chunk & 63)
     # relays: closed = taken and the chunks a node does not want (taken itself when every
@@ -1008,15 +1006,13 @@ def run_fabric_spread(
              pair_nearer, pair_count, want_bits)  # fmt: skip
     copies = np.zeros(num_chunks, np.int64)
     free_at = link_free_at.copy()
-    arrived_by = huge(np.empty((num_nodes, num_chunks), np.int64))
-    arrived_by[:] = -1
+    arrived_by = huge_filled(np.empty((num_nodes, num_chunks), np.int64), -1)
     outstanding = np.zeros(num_nodes, np.int64)  # per node, its messages on their way
     # covers (_cover_of), and per link into a switch its destinations grouped by cover
     key_cut = np.zeros((num_nodes, max_keys), np.int64)
     key_cover = np.zeros((num_nodes, max_keys), np.int64)
     num_keys = np.zeros(num_nodes, np.int64)
-    covers = huge(np.empty((num_nodes * max_keys, words), np.uint64))
-    covers[:] = 0
+    covers = huge_filled(np.empty((num_nodes * max_keys, words), np.uint64), 0)
     cover_print = np.zeros(num_nodes * max_keys, np.uint64)
     cover_ptr = np.zeros(num_nodes * max_keys + 1, np.int64)
     cover_members = np.empty(0, np.int64)
@@ -1025,10 +1021,11 @@ def run_fabric_spread(
     watch_head = np.full(num_nodes, -1, np.int64)
     marked_node = np.zeros(num_nodes, np.bool_)
     num_groups = np.full(num_links, -1, np.int64)  # -1: not into a switch
-    group_cover = huge(np.empty(dest_base[-1], np.int64))  # from dest_base[link]: a group's
-    group_first = huge(np.empty(dest_base[-1], np.int64))  # cover, where its positions start
-    group_size = huge(np.empty(dest_base[-1], np.int64))  # in group_pos, and how many
-    group_size[:] = 0
+    # from dest_base[link]: a group's cover, where its positions start in group_pos, and
+    # how many
+    group_cover = huge(np.empty(dest_base[-1], np.int64))
+    group_first = huge(np.empty(dest_base[-1], np.int64))
+    group_size = huge_filled(np.empty(dest_base[-1], np.int64), 0)
     group_pos = huge(np.empty(dest_base[-1], np.int64))
     group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
     # events: room for the sources, busy links and one instant (_short_of_room)
@@ -1051,7 +1048,7 @@ def run_fabric_spread(
     # Output, in decision order: room for every wanted chunk over the longest path, which
     # is only address space until written (more, where relays or drops need it, by doubling).
     max_hops = _most_hops(dag_node_ptr, dag_edge_ptr, dag_edge_pred)
-    rows = wanted * max_hops + num_links * max_hops
+    rows = (wanted + num_links) * max_hops
     out_chunk = huge(np.empty(rows, np.int64))
     out_link = huge(np.empty(rows, np.int64))
     out_start = huge(np.empty(rows))
@@ -1082,8 +1079,8 @@ def run_fabric_spread(
     came_pred = np.empty(biggest_dag, np.int64)
     dest_pos = np.empty(biggest_dag, np.int64)
     dest_cover = np.empty(biggest_dag, np.int64)
-    witness = huge(np.empty(dest_base[-1], np.int64))  # per (link, group): see the group loop
-    witness[:] = -1
+    # per (link, group): see the group loop
+    witness = huge_filled(np.empty(dest_base[-1], np.int64), -1)
     held = np.zeros(num_nodes, np.int64)  # chunks each node holds
     # Per link into a switch: held[u] when no destination took anything (none can until
     # u gains a chunk; an arrival makes its sender's links candidates again all the same).
@@ -1624,12 +1621,6 @@ def _grown(array: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
-@njit(cache=True)
-def _trimmed(array: np.ndarray, size: int) -> np.ndarray:
-    """The first ``size`` rows of ``array`` in a new array (on huge pages, when large)."""
-    return _grown(array[:size], size)
-
-
 # ---------------------------------------------------------------- the replay
 @njit(cache=True, inline="always")
 def _served_before(i: int, j: int, ready: np.ndarray, chunk: np.ndarray, op: np.ndarray,
@@ -1681,18 +1672,13 @@ def replay(
     """
     count = link.shape[0]
     num_links = link_time.shape[0]
-    start = huge(np.empty(count))
-    start[:] = 0.0
-    end = huge(np.empty(count))
-    end[:] = 0.0
-    waiting = huge(np.empty(count, np.int64))
-    waiting[:] = 0
-    came_in_on = huge(np.empty(count, np.int64))
-    came_in_on[:] = -1
-    dependant_count = huge(np.empty(count + 1, np.int64))
-    dependant_count[:] = 0
-    distinct = huge(np.empty(deps.shape[0], np.bool_))  # a dependency listed twice counts once
-    distinct[:] = True
+    start = huge_filled(np.empty(count), 0.0)
+    end = huge_filled(np.empty(count), 0.0)
+    waiting = huge_filled(np.empty(count, np.int64), 0)
+    came_in_on = huge_filled(np.empty(count, np.int64), -1)
+    dependant_count = huge_filled(np.empty(count + 1, np.int64), 0)
+    # a dependency listed twice counts once
+    distinct = huge_filled(np.empty(deps.shape[0], np.bool_), True)
     for i in range(count):
         for k in range(deps_ptr[i], deps_ptr[i + 1]):
             for k2 in range(deps_ptr[i], k):
@@ -1728,8 +1714,7 @@ def replay(
     head = segment[:num_links].copy()  # next of the fixed queue, or the switch heap's size
     fixed_end = placed
     queue = huge(np.empty(count, np.int64))
-    ready = huge(np.empty(count))
-    ready[:] = 0.0
+    ready = huge_filled(np.empty(count), 0.0)
     idle = np.ones(num_links, np.bool_)
     # Running transfers of one duration end in the order they started: a queue per
     # duration (a ring with a slot per link of that duration), and a heap of the
@@ -2041,7 +2026,7 @@ def nearest_first(
         dists[used : used + order.shape[0]] = dist[order]
         used += order.shape[0]
         ptr[target + 1] = order.shape[0]
-    return np.cumsum(ptr), _trimmed(nodes, used), _trimmed(dists, used)
+    return np.cumsum(ptr), nodes[:used], dists[:used]
 
 
 # ---------------------------------------------------------------- shortest paths into the fabric
@@ -2170,9 +2155,8 @@ def fabric_dags(
             settled[node] = False
             into[i] = 0
     total = node_ptr[-1]
-    return (node_ptr, _trimmed(nodes, total), first_npu, _trimmed(edge_ptr, total + 1),
-            _trimmed(edge_link, num_edges), _trimmed(edge_pred, num_edges),
-            _trimmed(path_us, total), _trimmed(length_ps, total))  # fmt: skip
+    return (node_ptr, nodes[:total], first_npu, edge_ptr[: total + 1], edge_link[:num_edges],
+            edge_pred[:num_edges], path_us[:total], length_ps[:total])  # fmt: skip
 
 
 @njit(cache=True)

@@ -10,8 +10,9 @@ allocation advised (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``).
 
 :func:`huge` gives that advice (``madvise(MADV_HUGEPAGE)``) for one array;
 it must come before the array is first written, as the kernel backs pages
-when they are first touched. It is advice only: where the system keeps
-transparent huge pages off, or off Linux, nothing changes.
+when they are first touched (:func:`huge_filled` advises, then fills). It is
+advice only: where the system keeps transparent huge pages off, or off Linux,
+nothing changes.
 """
 
 from __future__ import annotations
@@ -59,4 +60,11 @@ def huge(array: np.ndarray) -> np.ndarray:
         first = (array.ctypes.data + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
         end = (array.ctypes.data + array.nbytes) // PAGE_BYTES * PAGE_BYTES
         _madvise(first, end - first, np.int32(MADV_HUGEPAGE))
+    return array
+
+
+@njit(cache=True)
+def huge_filled(array: np.ndarray, value: Any) -> np.ndarray:
+    """``array`` advised as by :func:`huge`, then every element set to ``value``."""
+    huge(array)[...] = value
     return array
