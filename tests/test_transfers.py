@@ -51,6 +51,16 @@ def test_take_renumbers_dependencies_like_renumber(all_reduce):
     assert list(table.take(order)) == renumber(transfers, order.tolist())
 
 
+def test_a_take_with_new_times_keeps_all_else_of_the_plain_take(all_reduce):
+    table = TransferTable.from_transfers(list(all_reduce.transfers))
+    order = np.random.default_rng(2).permutation(len(table))
+    start, end = np.arange(len(table), dtype=float), np.arange(len(table)) + 0.5
+    retimed = table.take(order, start=start, end=end)
+    plain = table.take(order)
+    expected = [replace(t, start=s, end=e) for t, s, e in zip(plain, start, end, strict=True)]
+    assert list(retimed) == expected
+
+
 def test_joined_tables_are_one_after_another_with_chunks_and_dependencies_shifted(all_reduce):
     transfers = list(all_reduce.transfers)
     table = TransferTable.from_transfers(transfers)

@@ -19,6 +19,7 @@ import numpy as np
 
 from tacos.errors import TacosError
 from tacos.synthesizer import _fabric_kernels as FK
+from tacos.synthesizer._replay import replay
 from tacos.synthesizer.arrays import RandomState, csr, link_endpoints, rival_arrays
 from tacos.synthesizer.greedy import RAREST_COMPARE_ALL, ChunkPolicy
 from tacos.synthesizer.routes import (
@@ -275,26 +276,41 @@ def fabric_spread(
     return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
 
 
-def replay_times_of(
+def replayed_order(
     transfers: TransferTable,
     topology: Topology,
     chunk_bytes: int,
     sends_in_flight: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, its start and end as the compiled replay times it (the default cost
-    model; an NPU's link in order of recorded start, its messages ``sends_in_flight``
-    at a time, as :func:`tacos.simulate.replay_times` has them; under a port limit,
-    the rows must be in start order, as the replay's positions break ties), and the
-    rows in order of (start, link, position)."""
-    start, end, in_start_order, finished = FK.replay(
+    """The rows in the order the compiled replay starts them, by (start, link, position),
+    with their starts and ends (the default cost model; an NPU's link in order of
+    recorded start, its messages ``sends_in_flight`` at a time, as
+    :func:`tacos.simulate.replay_times` has them; under a port limit, the rows must be
+    in start order, as the replay's positions break ties)."""
+    link_time = np.asarray(topology.link_times_us(chunk_bytes), np.float64)
+    order, start = replay(
         transfers.link, transfers.chunk, transfers.op, transfers.deps_ptr, transfers.deps,
-        transfers.start, transfers.src >= topology.num_npus,
-        np.asarray(topology.link_times_us(chunk_bytes), np.float64), sends_in_flight or 0,
+        transfers.start, transfers.src >= topology.num_npus, link_time, sends_in_flight or 0,
         transfers.src, transfers.dst >= topology.num_npus,
     )  # fmt: skip
-    if finished < len(transfers):
+    if len(order) < len(transfers):
         raise TacosError("the synthesized schedule deadlocks in its replay (a bug: please report)")
-    return start, end, in_start_order
+    return order, start, start + link_time[transfers.link[order]]
+
+
+def replay_times_of(
+    transfers: TransferTable,
+    topology: Topology,
+    chunk_bytes: int,
+    sends_in_flight: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, its start and end as the compiled replay times it (:func:`replayed_order`)."""
+    order, start_in_order, end_in_order = replayed_order(
+        transfers, topology, chunk_bytes, sends_in_flight
+    )
+    start, end = np.empty(len(transfers)), np.empty(len(transfers))
+    start[order], end[order] = start_in_order, end_in_order
+    return start, end
 
 
 def replay_table(
@@ -309,12 +325,8 @@ def replay_table(
     orders an NPU's link by recorded start, and no two transfers of one link
     start together.
     """
-    start, end, in_start_order = replay_times_of(transfers, topology, chunk_bytes, sends_in_flight)
-    retimed = TransferTable(
-        transfers.chunk, transfers.src, transfers.dst, transfers.link, start, end, transfers.op,
-        transfers.deps_ptr, transfers.deps,
-    )  # fmt: skip
-    return retimed.take(in_start_order)
+    order, start, end = replayed_order(transfers, topology, chunk_bytes, sends_in_flight)
+    return transfers.take(order, start=start, end=end)
 
 
 def _near_distances(arrays: FabricArrays, near_fraction: float) -> np.ndarray:

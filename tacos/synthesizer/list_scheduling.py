@@ -207,15 +207,12 @@ def replayed(
     default cost model, the one the compiled replay knows; both give the same times)."""
     compiled = topology.cost.is_default and len(recorded) > COMPILED_REPLAY_ABOVE
     if compiled and sends_in_flight is None:  # it orders each NPU's link by start itself
-        start, end, _ = replay_times_of(recorded, topology, chunk_bytes)
-        return start, end
+        return replay_times_of(recorded, topology, chunk_bytes)
     order = np.lexsort((np.arange(len(recorded)), recorded.link, recorded.start))
     in_order = recorded.take(order)  # ports go to waiting messages in this order
     start, end = np.empty(len(recorded)), np.empty(len(recorded))
     if compiled:
-        start[order], end[order], _ = replay_times_of(
-            in_order, topology, chunk_bytes, sends_in_flight
-        )
+        start[order], end[order] = replay_times_of(in_order, topology, chunk_bytes, sends_in_flight)
     else:
         start[order], end[order] = replay_times(
             list(in_order), topology, chunk_bytes, sends_in_flight
