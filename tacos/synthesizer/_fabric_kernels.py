@@ -315,7 +315,7 @@ def _group_by_cover(
     watch_head: np.ndarray,
     marked_node: np.ndarray,
     dest_base: np.ndarray,
-    num_groups: np.ndarray,
+    group_ptr: np.ndarray,
     group_cover: np.ndarray,
     group_first: np.ndarray,
     group_size: np.ndarray,
@@ -325,15 +325,20 @@ def _group_by_cover(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The destinations of ``link`` (into the switch of ``dag``) grouped by cover, once.
 
-    From ``dest_base[link]`` on: ``num_groups[link]`` groups, each its cover
-    (in order of its first destination) and its DAG positions in order
-    (``group_pos[group_first[g]:][:group_size[g]]``). ``group_of_cover`` is
-    all -1 before and after; ``scratch`` has a row per DAG position. Returns
-    the (maybe grown) watch and member lists of :func:`_cover_of`.
+    Its groups are rows ``group_ptr[link]`` to ``group_ptr[link + 1]`` (set
+    here: links are grouped in order), each its cover (in order of its first
+    destination) and its DAG positions in order
+    (``group_pos[group_first[g]:][:group_size[g]]``, from ``dest_base[link]``
+    on). The group rows are packed, not a row per destination, as a few
+    dozen groups serve thousands of destinations: at 4096 GPUs a row per
+    destination was 34M rows per table, each touched (so backed) page by
+    page. ``group_of_cover`` is all -1 before and after; ``scratch`` has a
+    row per DAG position. Returns the (maybe grown) watch and member lists of
+    :func:`_cover_of`.
     """
     base = dag_node_ptr[dag]
     first, size = dag_first_npu[dag], dag_node_ptr[dag + 1] - base
-    cache = dest_base[link]
+    packed = group_ptr[link]
     groups = 0
     for p in range(first, size):
         path_us = link_time[link] + dag_path_us[base + p]
@@ -344,13 +349,14 @@ def _group_by_cover(
         )  # fmt: skip
         scratch[p] = cover
         if group_of_cover[cover] < 0:
-            group_of_cover[cover] = cache + groups
-            group_cover[cache + groups] = cover
+            group_of_cover[cover] = packed + groups
+            group_cover[packed + groups] = cover
+            group_size[packed + groups] = 0
             groups += 1
         group_size[group_of_cover[cover]] += 1
-    num_groups[link] = groups
-    filled = cache
-    for g in range(cache, cache + groups):
+    group_ptr[link + 1] = packed + groups
+    filled = dest_base[link]
+    for g in range(packed, packed + groups):
         group_first[g] = filled
         filled += group_size[g]
         group_size[g] = 0
@@ -358,7 +364,7 @@ def _group_by_cover(
         g = group_of_cover[scratch[p]]
         group_pos[group_first[g] + group_size[g]] = p
         group_size[g] += 1
-    for g in range(cache, cache + groups):
+    for g in range(packed, packed + groups):
         group_of_cover[group_cover[g]] = -1
     return watch, cover_members
 
@@ -437,9 +443,9 @@ def _soonest_takers(
     its destinations takes what :func:`_offers` finds. Returns ``ties`` (0: none
     takes a chunk), the new ``decision`` and whether ``u`` sends an own chunk.
     """
-    (dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link, link_time, dest_base,
+    (dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link, link_time,
      dag_nodes) = fabric  # fmt: skip
-    num_groups, group_cover, group_first, group_size, group_pos, witness = groups
+    group_ptr, group_cover, group_first, group_size, group_pos, witness = groups
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scratch
     if none_since[link] == held[u]:
         return 0, decision, False
@@ -450,7 +456,6 @@ def _soonest_takers(
     words = holds.shape[1]
     num_dests = 0
     base = dag_node_ptr[dag]
-    cache = dest_base[link]
     # Every destination of a cover that lacks something u holds takes a chunk
     # (the cover of u lacks nothing u holds: u is no destination of its own).
     # The answer per (link, group) is remembered in witness[g]: a chunk that
@@ -459,7 +464,7 @@ def _soonest_takers(
     # since, gained[u, held:]: what a cover has only grows); -1 when not asked
     # yet. Without it a link would scan every cover's bit set each time its
     # NPU gains a chunk.
-    for g in range(cache, cache + num_groups[link]):
+    for g in range(group_ptr[link], group_ptr[link + 1]):
         cover = group_cover[g]
         known = witness[g]
         bit = _ONE << np.uint64(known & 63)
@@ -566,10 +571,10 @@ def _sends_own(
     own, own_held, own_none_since, own_first_word, own_last_word = owned
     if not _may_send_own(link, u, own_held, own_none_since):
         return False
-    dag_node_ptr, dag_of_link, dest_base, dag_nodes = fabric[0], fabric[4], fabric[6], fabric[7]
-    num_groups, group_cover, group_first, group_size, group_pos, _ = groups
+    dag_node_ptr, dag_of_link, dag_nodes = fabric[0], fabric[4], fabric[6]
+    group_ptr, group_cover, group_first, group_size, group_pos, _ = groups
     base = dag_node_ptr[dag_of_link[link]]
-    for g in range(dest_base[link], dest_base[link] + num_groups[link]):
+    for g in range(group_ptr[link], group_ptr[link + 1]):
         cover = group_cover[g]
         if not _relaying(wants):
             if _lacks_own(own, u, own_first_word, own_last_word, covers, cover):
@@ -1012,13 +1017,13 @@ def run_fabric_spread(
     watch = np.empty((0, 2), np.int64)
     watch_head = np.full(num_nodes, -1, np.int64)
     marked_node = np.zeros(num_nodes, np.bool_)
-    num_groups = np.full(num_links, -1, np.int64)  # -1: not into a switch
-    # from dest_base[link]: a group's cover, where its positions start in group_pos, and
-    # how many
+    group_ptr = np.zeros(num_links + 1, np.int64)  # per link, its groups (_group_by_cover)
+    # per group: its cover, where its positions start in group_pos, and how many; room
+    # for a group per destination, only address space beyond the groups made
     group_cover = huge(np.empty(dest_base[-1], np.int64))
     group_first = huge(np.empty(dest_base[-1], np.int64))
-    group_size = huge_filled(np.empty(dest_base[-1], np.int64), 0)
-    group_pos = huge(np.empty(dest_base[-1], np.int64))
+    group_size = huge(np.empty(dest_base[-1], np.int64))
+    group_pos = huge(np.empty(dest_base[-1], np.int64))  # per destination, from dest_base
     group_of_cover = np.full(num_nodes * max_keys, -1, np.int64)
     # events: room for the sources, busy links and one instant (_short_of_room)
     ev_times = np.empty(num_chunks + 3 * num_links + 16)
@@ -1071,8 +1076,7 @@ def run_fabric_spread(
     came_pred = np.empty(biggest_dag, np.int64)
     dest_pos = np.empty(biggest_dag, np.int64)
     dest_cover = np.empty(biggest_dag, np.int64)
-    # per (link, group): see the group loop
-    witness = huge_filled(np.empty(dest_base[-1], np.int64), -1)
+    witness = huge(np.empty(dest_base[-1], np.int64))  # per group: see the group loop
     held = np.zeros(num_nodes, np.int64)  # chunks each node holds
     # Per link into a switch: held[u] when no destination took anything (none can until
     # u gains a chunk; an arrival makes its sender's links candidates again all the same).
@@ -1134,20 +1138,22 @@ def run_fabric_spread(
     # runs without NRT and so allocates nothing (a cover made now is kept up to date as one
     # made at first use would be: its members' gains reach it through the watch list).
     for link in range(num_links):
+        group_ptr[link + 1] = group_ptr[link]
         if dag_of_link[link] >= 0:
             watch, cover_members = _group_by_cover(
                 link, dag_of_link[link], dag_node_ptr, dag_nodes, dag_first_npu, dag_path_us,
                 link_time, near_ptr, near_nodes, near_dist, key_cut, key_cover, num_keys, covers,
                 cover_print, cover_ptr, cover_members, cover_counts, taken, watch, watch_head,
-                marked_node, dest_base, num_groups, group_cover, group_first, group_size,
+                marked_node, dest_base, group_ptr, group_cover, group_first, group_size,
                 group_pos, group_of_cover, dest_cover,
             )  # fmt: skip
     topo = (link_src, link_dst, link_time, has_routes, first_ptr, first_links, inbr_ptr, inbrs,
             rivals_ptr, rivals, slow_in_ptr, slow_in, rival_slot, dag_of_link, dag_node_ptr,
             dag_nodes, matching_of_link, source_node)  # fmt: skip
     fabric_tables = (dag_node_ptr, dag_edge_ptr, dag_edge_link, dag_edge_pred, dag_of_link,
-                     link_time, dest_base, dag_nodes)  # fmt: skip
-    group_tables = (num_groups, group_cover, group_first, group_size, group_pos, witness)
+                     link_time, dag_nodes)  # fmt: skip
+    witness[: group_ptr[-1]] = -1
+    group_tables = (group_ptr, group_cover, group_first, group_size, group_pos, witness)
     scan_scratch = (stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover)
     spread = (holds, taken, copies, free_at, arrived_by, held, gained, none_since, looking_again,
               covers, watch, watch_head, outstanding)  # fmt: skip
@@ -1251,7 +1257,7 @@ def _run_instants(
     (marked, candidates, touched, is_touched, pool, rival_cap, rival_src, only_within,
      path) = scratch  # fmt: skip
     stamp, arrival, came_link, came_pred, stack, dest_pos, dest_cover = scan_scratch
-    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, dest_base, _ = fabric_tables
+    _, dag_edge_ptr, dag_edge_link, dag_edge_pred, _, _, _ = fabric_tables
     _, _, closed, waiting, _, _, _, relay, nothing, _, _, want_bits = wants
     partial = _relaying(wants)
     ev_times, ev_rows = events
