@@ -10,7 +10,8 @@ small schedules, while vectorised consumers (the verifier's array path, the
 JSON writer, the scale benchmark) read the arrays directly.
 
 Example:
-    >>> from tacos.schedule import Op, Transfer
+    >>> from tacos._pages import huge
+from tacos.schedule import Op, Transfer
     >>> table = TransferTable.from_transfers([Transfer(0, 0, 1, 0, 0.0, 1.5, Op.COPY, ())])
     >>> len(table), table[0].end, table.end.dtype
     (1, 1.5, dtype('float64'))
@@ -26,6 +27,7 @@ from typing import Any, overload
 import numpy as np
 from numba import njit
 
+from tacos._pages import huge
 from tacos.schedule import Op, Transfer
 
 OP_CODES = (Op.COPY, Op.REDUCE)
@@ -214,14 +216,14 @@ def _deps_taken(
     """``deps_ptr`` and ``deps`` of :meth:`TransferTable.take`: each kept row's
     dependencies by their new index, ascending (compiled: at 38M rows NumPy's
     version made six temporary columns, and each fresh gigabyte costs seconds)."""
-    new_index = np.empty(deps_ptr.shape[0] - 1, np.int64)
+    new_index = huge(np.empty(deps_ptr.shape[0] - 1, np.int64))
     for k in range(order.shape[0]):
         new_index[order[k]] = k
-    ptr = np.empty(order.shape[0] + 1, np.int64)
+    ptr = huge(np.empty(order.shape[0] + 1, np.int64))
     ptr[0] = 0
     for k in range(order.shape[0]):
         ptr[k + 1] = ptr[k] + deps_ptr[order[k] + 1] - deps_ptr[order[k]]
-    taken = np.empty(ptr[-1], np.int64)
+    taken = huge(np.empty(ptr[-1], np.int64))
     for k in range(order.shape[0]):
         row, first = order[k], ptr[k]
         for e in range(deps_ptr[row + 1] - deps_ptr[row]):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from tacos.synthesizer._pages import ADVISED_FROM_BYTES, huge, huge_filled
+from tacos._pages import ADVISED_FROM_BYTES, huge, huge_filled
 
 
 @njit(cache=True)

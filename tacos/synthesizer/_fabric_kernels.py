@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tacos._pages import huge, huge_filled
 from tacos.synthesizer._kernels import (
     C_HEAP,
     NUM_COUNTERS,
@@ -36,7 +37,6 @@ from tacos.synthesizer._kernels import (
     sort_landed,
     touch,
 )
-from tacos.synthesizer._pages import huge, huge_filled
 from tacos.synthesizer.greedy import MAX_RIVALS
 
 AVAILABLE, ARRIVED, LINK_FREE, LOOK_AGAIN = 0, 1, 2, 3
@@ -1571,14 +1571,15 @@ def _most_hops(
     dag_node_ptr: np.ndarray, dag_edge_ptr: np.ndarray, dag_edge_pred: np.ndarray
 ) -> int:
     """The most links a path through a fabric DAG takes, the uplink into it included."""
-    depth = np.zeros(dag_node_ptr[-1], np.int64)
+    depth = np.zeros(np.max(np.diff(dag_node_ptr)) if dag_node_ptr.shape[0] > 1 else 1, np.int64)
     most = 1
-    for d in range(dag_node_ptr.shape[0] - 1):
+    for d in range(dag_node_ptr.shape[0] - 1):  # one DAG at a time: a row per position
         base = dag_node_ptr[d]
         for p in range(1, dag_node_ptr[d + 1] - base):
+            depth[p] = 0
             for e in range(dag_edge_ptr[base + p], dag_edge_ptr[base + p + 1]):
-                depth[base + p] = max(depth[base + p], depth[base + dag_edge_pred[e]] + 1)
-            most = max(most, depth[base + p] + 1)
+                depth[p] = max(depth[p], depth[dag_edge_pred[e]] + 1)
+            most = max(most, depth[p] + 1)
     return most
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tacos._pages import huge, huge_filled
 from tacos.synthesizer._kernels import (
     C_HEAP,
     NUM_COUNTERS,
@@ -31,7 +32,6 @@ from tacos.synthesizer._kernels import (
     segment_pop,
     segment_push,
 )
-from tacos.synthesizer._pages import huge, huge_filled
 
 TRANSFER = np.dtype(
     [
@@ -147,15 +147,18 @@ def replay(
     segment = np.cumsum(per_link)
     queue = huge(np.empty(count, np.int64))
     placed = segment[:num_links].copy()
-    npu_sent = np.nonzero(~from_switch)[0]
-    npu_starts = recorded_start[npu_sent]
-    if np.any(npu_starts[1:] < npu_starts[:-1]):  # a spread lists its first hops by start
-        npu_sent = npu_sent[np.argsort(npu_starts, kind="mergesort")]
-    for row in npu_sent:
-        queue[placed[link[row]]] = row
-        placed[link[row]] += 1
-    head = segment[:num_links].copy()  # next of the fixed order, or the heap's end
+    for i in range(count):
+        if not from_switch[i]:
+            queue[placed[link[i]]] = i
+            placed[link[i]] += 1
     fixed_end = placed
+    for lk in range(num_links):  # by recorded start (a spread lists its first hops so)
+        for k in range(segment[lk] + 1, fixed_end[lk]):
+            if recorded_start[queue[k]] < recorded_start[queue[k - 1]]:
+                fixed = queue[segment[lk] : fixed_end[lk]]
+                fixed[:] = fixed[np.argsort(recorded_start[fixed], kind="mergesort")]
+                break
+    head = segment[:num_links].copy()  # next of the fixed order, or the heap's end
     idle = np.ones(num_links, np.bool_)
     # Running transfers of one duration end in the order they started: a queue per
     # duration (a ring with a slot per link of that duration, each with its end), and
