@@ -117,6 +117,23 @@ def test_the_compiled_replay_gives_the_replays_times_under_port_limits():
         assert (tuple(start.tolist()), tuple(end.tolist())) == expected, trial
 
 
+@pytest.mark.parametrize("spec", ["dgx:2x4", "fat-tree:4"])
+def test_the_compiled_replay_orders_each_npu_link_by_recorded_start_itself(spec):
+    """Rows in any order replay to the same times: an NPU's link runs its transfers by
+    recorded start (then position), a switch's by readiness, whatever the row order."""
+    topo = tacos.from_spec(spec)
+    collective = Collective(AR, tuple(topo.npus), 2)
+    table = TransferTable.from_transfers(list(tacos.synthesize(topo, collective).transfers))
+    start, end = replay_times_of(table, topo, collective.chunk_bytes)
+    assert (tuple(start.tolist()), tuple(end.tolist())) == replay_times(
+        list(table), topo, collective.chunk_bytes
+    )
+    shuffled = np.random.default_rng(5).permutation(len(table))
+    moved_start, moved_end = replay_times_of(table.take(shuffled), topo, collective.chunk_bytes)
+    assert np.array_equal(moved_start, start[shuffled])
+    assert np.array_equal(moved_end, end[shuffled])
+
+
 def test_fast_matches_on_random_heterogeneous_topologies_and_many_chunks():
     rnd = random.Random(7)
     for trial in range(40):
