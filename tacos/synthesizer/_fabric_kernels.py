@@ -1584,6 +1584,30 @@ def _most_hops(
 
 
 @njit(cache=True)
+def dependency_lists(
+    dep: np.ndarray, source_deps_ptr: np.ndarray, source_deps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The spread's dependencies as CSR (``deps_ptr``, ``deps``): ``dep[i]`` itself, or
+    for a first hop from its source (``dep[i] = -2 - chunk``) the chunk's own
+    ``source_deps`` (none where the chunk starts there). In two passes over the
+    transfers, where NumPy made five temporary columns (38M rows at 4096 GPUs)."""
+    count = dep.shape[0]
+    ptr = huge(np.empty(count + 1, np.int64))
+    ptr[0] = 0
+    for i in range(count):
+        c = -2 - dep[i]
+        ptr[i + 1] = ptr[i] + (source_deps_ptr[c + 1] - source_deps_ptr[c] if c >= 0 else 1)
+    deps = huge(np.empty(ptr[count], np.int64))
+    for i in range(count):
+        c = -2 - dep[i]
+        if c < 0:
+            deps[ptr[i]] = dep[i]
+        else:
+            deps[ptr[i] : ptr[i + 1]] = source_deps[source_deps_ptr[c] : source_deps_ptr[c + 1]]
+    return ptr, deps
+
+
+@njit(cache=True)
 def _without_dropped(
     out_chunk: np.ndarray,
     out_link: np.ndarray,

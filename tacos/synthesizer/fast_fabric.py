@@ -262,15 +262,9 @@ def fabric_spread(
             f"topology {topology.name!r}: some chunk can never reach some node; "
             "check that the topology is strongly connected"
         )
-    from_source = dep < -1
-    source_chunk = np.where(from_source, -2 - dep, 0)
-    lengths = np.where(from_source, np.diff(source_deps_ptr)[source_chunk], 1)
-    ptr = np.zeros(len(chunk) + 1, np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    deps = np.repeat(dep, lengths)
-    for i in np.nonzero(from_source & (lengths > 0))[0].tolist():
-        c = source_chunk[i]
-        deps[ptr[i] : ptr[i + 1]] = source_deps[source_deps_ptr[c] : source_deps_ptr[c + 1]]
+    ptr, deps = FK.dependency_lists(
+        dep, np.asarray(source_deps_ptr, np.int64), np.asarray(source_deps, np.int64)
+    )
     op = np.zeros(len(chunk), np.uint8)
     src, dst = arrays.link_src[link], arrays.link_dst[link]
     return TransferTable(chunk, src, dst, link, start, end, op, ptr, deps)
