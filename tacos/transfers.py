@@ -10,8 +10,7 @@ small schedules, while vectorised consumers (the verifier's array path, the
 JSON writer, the scale benchmark) read the arrays directly.
 
 Example:
-    >>> from tacos._pages import huge
-from tacos.schedule import Op, Transfer
+    >>> from tacos.schedule import Op, Transfer
     >>> table = TransferTable.from_transfers([Transfer(0, 0, 1, 0, 0.0, 1.5, Op.COPY, ())])
     >>> len(table), table[0].end, table.end.dtype
     (1, 1.5, dtype('float64'))
