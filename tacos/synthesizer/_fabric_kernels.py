@@ -1042,9 +1042,14 @@ def run_fabric_spread(
             ev_size += 1
             seq += 1
     remaining = wanted
+    biggest_dag, most_edges = 1, 1
+    for d in range(dag_node_ptr.shape[0] - 1):
+        biggest_dag = max(biggest_dag, dag_node_ptr[d + 1] - dag_node_ptr[d])
+        edges = dag_edge_ptr[dag_node_ptr[d + 1]] - dag_edge_ptr[dag_node_ptr[d]]
+        most_edges = max(most_edges, edges)
     # Output, in decision order: room for every wanted chunk over the longest path, which
     # is only address space until written (more, where relays or drops need it, by doubling).
-    max_hops = _most_hops(dag_node_ptr, dag_edge_ptr, dag_edge_pred)
+    max_hops = _most_hops(dag_node_ptr, dag_edge_ptr, dag_edge_pred, biggest_dag)
     rows = (wanted + num_links) * max_hops
     out_chunk = huge(np.empty(rows, np.int64))
     out_link = huge(np.empty(rows, np.int64))
@@ -1063,11 +1068,6 @@ def run_fabric_spread(
     rival_cap = np.zeros(MAX_RIVALS, np.int64)
     rival_src = np.zeros(MAX_RIVALS, np.int64)
     only_within = np.zeros(1 << MAX_RIVALS, np.int64)
-    biggest_dag, most_edges = 1, 1
-    for d in range(dag_node_ptr.shape[0] - 1):
-        biggest_dag = max(biggest_dag, dag_node_ptr[d + 1] - dag_node_ptr[d])
-        edges = dag_edge_ptr[dag_node_ptr[d + 1]] - dag_edge_ptr[dag_node_ptr[d]]
-        most_edges = max(most_edges, edges)
     stamp = np.zeros(biggest_dag, np.int64)  # arrival[p] is known when stamp[p] == decision
     decision = 0
     stack = np.empty(most_edges + 1, np.int64)
@@ -1568,10 +1568,11 @@ def _run_instants(
 
 @njit(cache=True)
 def _most_hops(
-    dag_node_ptr: np.ndarray, dag_edge_ptr: np.ndarray, dag_edge_pred: np.ndarray
+    dag_node_ptr: np.ndarray, dag_edge_ptr: np.ndarray, dag_edge_pred: np.ndarray, biggest_dag: int
 ) -> int:
-    """The most links a path through a fabric DAG takes, the uplink into it included."""
-    depth = np.zeros(np.max(np.diff(dag_node_ptr)) if dag_node_ptr.shape[0] > 1 else 1, np.int64)
+    """The most links a path through a fabric DAG takes, the uplink into it included
+    (``biggest_dag``: the most positions of one DAG)."""
+    depth = np.zeros(biggest_dag, np.int64)
     most = 1
     for d in range(dag_node_ptr.shape[0] - 1):  # one DAG at a time: a row per position
         base = dag_node_ptr[d]
